@@ -1,0 +1,169 @@
+package tollgate
+
+// Token-bucket math, in Go (for the per-pod fallback) and in Lua (for the
+// shared bucket in Redis). Both compute the same thing the same way.
+//
+// Model. A bucket holds at most burst tokens and refills at average tokens
+// per period, one token every interval µs. A request takes cost tokens; it
+// passes when the bucket holds at least cost tokens, and is then charged.
+//
+// State. A bucket is stored as one number, its theoretical arrival time
+// (TAT, the GCRA form of a token bucket): the instant, in µs since epochUS,
+// at which the bucket will be full again. With d = TAT - now the bucket holds
+// (capacity - d)/interval tokens, where capacity = burst*interval. A missing
+// bucket, or one whose TAT has passed, is full; keys expire at TAT.
+//
+// Clocks. One clock per decision: the shared bucket uses Redis's TIME (never
+// a pod's clock), the local fallback uses the pod's clock. Both clamp time
+// that runs backwards: a TAT further ahead than capacity (a clock that jumped
+// back, e.g. after a failover to a Redis whose clock is behind) is clamped to
+// capacity, i.e. an empty bucket, never to a longer wait.
+//
+// Precision. Times are float64 µs counted from epochUS (2023-11-14), so they
+// stay below 2^47 µs for years and carry 1/64 µs resolution. Each charge adds
+// at most one rounding of 1/128 µs, so a decision allows a slack of
+// 1 + burst/64 µs: a request that would fit within that much refill time
+// passes. Exact for every practical limit; documented in the README.
+
+import "math"
+
+// epochUS is the origin of bucket time, in µs since the Unix epoch. The Lua
+// script subtracts the same origin (in seconds) from TIME.
+const epochUS = 1700000000 * 1000000
+
+// limit is one compiled bucket shape. All fields are in µs or tokens.
+type limit struct {
+	interval float64 // µs per token (period/average)
+	burst    float64 // tokens the bucket holds when full
+	cost     float64 // tokens one request takes
+}
+
+// capacity is the time, µs, an empty bucket takes to fill.
+func (l limit) capacity() float64 { return l.interval * l.burst }
+
+// slack is the refill time, µs, a decision may round in the client's favour.
+func (l limit) slack() float64 { return 1 + l.burst/64 }
+
+// start returns the bucket's TAT as seen at now: a passed TAT is now (full
+// bucket) and a TAT beyond capacity (the clock ran backwards) is clamped.
+func (l limit) start(tat, now float64) float64 {
+	if tat < now {
+		return now
+	}
+	if c := now + l.capacity(); tat > c {
+		return c
+	}
+	return tat
+}
+
+// fits reports whether a request can be charged to a bucket whose (clamped)
+// TAT is s, at now.
+func (l limit) fits(s, now float64) bool {
+	return s+l.interval*l.cost-now <= l.capacity()+l.slack()
+}
+
+// status reports a bucket whose TAT is s, at now: the whole tokens it holds,
+// the µs until a request of this cost fits (0 if it fits now), and the µs
+// until the bucket is full.
+func (l limit) status(s, now float64) (remaining int64, waitUS, fullUS float64) {
+	r := math.Floor((now + l.capacity() - s + l.slack()) / l.interval)
+	if r < 0 {
+		r = 0
+	} else if r > l.burst {
+		r = l.burst
+	}
+	waitUS = s + l.interval*l.cost - now - l.capacity()
+	if waitUS <= l.slack() {
+		waitUS = 0
+	}
+	fullUS = s - now
+	if fullUS < 0 {
+		fullUS = 0
+	}
+	return int64(r), waitUS, fullUS
+}
+
+// result is one bucket's answer to one request.
+type result struct {
+	remaining int64 // whole tokens left after this request (before it, if denied)
+	waitMS    int64 // ms until a request of this cost fits; 0 when it fits now
+	fullMS    int64 // ms until the bucket is full again
+}
+
+// ceilMS converts µs to whole milliseconds, rounding up.
+func ceilMS(us float64) int64 { return int64(math.Ceil(us / 1000)) }
+
+// takeAll is the all-or-nothing decision over several buckets at instant now
+// (µs since epochUS): tats[i] is bucket i's stored TAT (0 when missing). When
+// every bucket fits, each is charged and tats is updated in place; otherwise
+// nothing changes. out receives one result per bucket. It is the Go twin of
+// bucketScript and must stay in step with it.
+func takeAll(lims []limit, tats []float64, now float64, out []result) bool {
+	ok := true
+	for i := range lims {
+		if !lims[i].fits(lims[i].start(tats[i], now), now) {
+			ok = false
+		}
+	}
+	for i := range lims {
+		l := lims[i]
+		s := l.start(tats[i], now)
+		if ok {
+			s += l.interval * l.cost
+			tats[i] = s
+		}
+		r, w, f := l.status(s, now)
+		out[i] = result{remaining: r, waitMS: ceilMS(w), fullMS: ceilMS(f)}
+	}
+	return ok
+}
+
+// bucketScript is takeAll in Lua, run atomically by Redis.
+//
+//	KEYS[i]      bucket i; all of one request's keys share a hash tag.
+//	ARGV[3i-2]   interval, µs per token
+//	ARGV[3i-1]   burst, tokens
+//	ARGV[3i]     cost, tokens
+//	reply        {allowed (1|0), remaining_1, wait_ms_1, full_ms_1, ...}
+//
+// Charged buckets are stored as a TAT string with an expiry at that TAT, so a
+// key lives only while its bucket is not full. TIME makes the script
+// non-deterministic; Redis >= 5 replicates its effects (the SETs), which
+// redis.replicate_commands asks for where it is not already the default.
+const bucketScript = `
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
+local n = #KEYS
+local iv, burst, cost, cap, slack, s = {}, {}, {}, {}, {}, {}
+local ok = 1
+for i = 1, n do
+  iv[i] = tonumber(ARGV[3*i-2])
+  burst[i] = tonumber(ARGV[3*i-1])
+  cost[i] = tonumber(ARGV[3*i])
+  cap[i] = iv[i] * burst[i]
+  slack[i] = 1 + burst[i] / 64
+  local tat = tonumber(redis.call('GET', KEYS[i])) or now
+  if tat < now then tat = now elseif tat > now + cap[i] then tat = now + cap[i] end
+  s[i] = tat
+  if tat + iv[i] * cost[i] - now > cap[i] + slack[i] then ok = 0 end
+end
+local out = {ok}
+for i = 1, n do
+  local tat = s[i]
+  if ok == 1 then
+    tat = tat + iv[i] * cost[i]
+    redis.call('SET', KEYS[i], string.format('%.17g', tat), 'PX', math.max(1, math.ceil((tat - now) / 1000)))
+  end
+  local r = math.floor((now + cap[i] - tat + slack[i]) / iv[i])
+  if r < 0 then r = 0 elseif r > burst[i] then r = burst[i] end
+  local w = tat + iv[i] * cost[i] - now - cap[i]
+  if w <= slack[i] then w = 0 end
+  local f = tat - now
+  if f < 0 then f = 0 end
+  out[3*i-1] = r
+  out[3*i] = math.ceil(w / 1000)
+  out[3*i+1] = math.ceil(f / 1000)
+end
+return out
+`

@@ -1,0 +1,505 @@
+package tollgate
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the plugin's dynamic configuration. Traefik decodes it with
+// mapstructure (WeaklyTypedInput, case-insensitive names, lists split on
+// ","), so every field also decodes from strings (Docker labels). Durations
+// are strings: a Go duration ("1m", "250ms") or bare seconds ("60", "0.5").
+type Config struct {
+	// Average is the number of tokens refilled per Period. 0 disables the
+	// top-level limit (rules still apply; with no rules requests pass and
+	// Redis is never called). Default 0.
+	Average int64 `json:"average,omitempty" yaml:"average,omitempty" toml:"average,omitempty"`
+	// Period is the refill period of Average. Default "1s"; must be > 0.
+	Period string `json:"period,omitempty" yaml:"period,omitempty" toml:"period,omitempty"`
+	// Burst is the bucket capacity, in tokens. Default 1; 0 means 1. Must be
+	// at least Cost.
+	Burst int64 `json:"burst,omitempty" yaml:"burst,omitempty" toml:"burst,omitempty"`
+	// Cost is the number of tokens one request takes. Default 1; 0 means 1.
+	Cost int64 `json:"cost,omitempty" yaml:"cost,omitempty" toml:"cost,omitempty"`
+	// Class names the bucket namespace and the top-level policy (in the
+	// RateLimit headers). Routers whose middlewares share a class share
+	// budgets. Default "": the middleware's name.
+	Class string `json:"class,omitempty" yaml:"class,omitempty" toml:"class,omitempty"`
+	// SourceCriterion says who a client is, exactly as Traefik's rateLimit:
+	// at most one of requestHeaderName, requestHost, ipStrategy. Default: the
+	// client IP from the connection (ipStrategy with depth 0).
+	SourceCriterion *SourceCriterion `json:"sourceCriterion,omitempty" yaml:"sourceCriterion,omitempty" toml:"sourceCriterion,omitempty"`
+	// Rules add buckets for matching requests; every matching rule is charged
+	// together with the top-level limit, all or nothing. Default none.
+	Rules []Rule `json:"rules,omitempty" yaml:"rules,omitempty" toml:"rules,omitempty"`
+	// FailureMode says what the top-level limit does while Redis is
+	// unavailable: "open" (the local fallback bucket decides) or "closed"
+	// (503). Rules default to it. Default "open".
+	FailureMode string `json:"failureMode,omitempty" yaml:"failureMode,omitempty" toml:"failureMode,omitempty"`
+	// Replicas is the number of Traefik replicas sharing the limit: while
+	// Redis is unavailable each pod allows Average/Replicas and
+	// Burst/Replicas (at least 1). Default 1; 0 means 1.
+	Replicas int64 `json:"replicas,omitempty" yaml:"replicas,omitempty" toml:"replicas,omitempty"`
+	// Headers selects the response headers: "ietf" (RateLimit-Policy and
+	// RateLimit), "legacy" (X-RateLimit-Limit/Remaining/Reset), "both" or
+	// "none". Default "ietf".
+	Headers string `json:"headers,omitempty" yaml:"headers,omitempty" toml:"headers,omitempty"`
+	// Redis is the shared store.
+	Redis RedisConfig `json:"redis,omitempty" yaml:"redis,omitempty" toml:"redis,omitempty"`
+}
+
+// SourceCriterion mirrors Traefik's rateLimit sourceCriterion.
+type SourceCriterion struct {
+	// RequestHeaderName keys clients by this header's value; when the header
+	// is absent the client IP (IPStrategy) is used.
+	RequestHeaderName string `json:"requestHeaderName,omitempty" yaml:"requestHeaderName,omitempty" toml:"requestHeaderName,omitempty"`
+	// RequestHost keys clients by the request's Host.
+	RequestHost bool `json:"requestHost,omitempty" yaml:"requestHost,omitempty" toml:"requestHost,omitempty"`
+	// IPStrategy picks the client IP.
+	IPStrategy *IPStrategy `json:"ipStrategy,omitempty" yaml:"ipStrategy,omitempty" toml:"ipStrategy,omitempty"`
+}
+
+// IPStrategy mirrors Traefik's ipStrategy.
+type IPStrategy struct {
+	// Depth takes the Depth-th address from the right of X-Forwarded-For.
+	// 0 (default) uses the connection's address (or ExcludedIPs).
+	Depth int64 `json:"depth,omitempty" yaml:"depth,omitempty" toml:"depth,omitempty"`
+	// ExcludedIPs (IPs or CIDRs) are skipped, from the right of
+	// X-Forwarded-For; the first address not excluded is the client.
+	ExcludedIPs []string `json:"excludedIPs,omitempty" yaml:"excludedIPs,omitempty" toml:"excludedIPs,omitempty"`
+	// IPv6Subnet groups IPv6 clients by this prefix length (1-128).
+	// 0 (default) keys each IPv6 address on its own.
+	IPv6Subnet int64 `json:"ipv6Subnet,omitempty" yaml:"ipv6Subnet,omitempty" toml:"ipv6Subnet,omitempty"`
+}
+
+// Rule is an extra bucket charged for the requests it matches.
+type Rule struct {
+	// Name names the policy (headers, bucket key); required, unique.
+	Name string `json:"name,omitempty" yaml:"name,omitempty" toml:"name,omitempty"`
+	// PathPrefix matches request paths starting with it. "" matches all.
+	PathPrefix string `json:"pathPrefix,omitempty" yaml:"pathPrefix,omitempty" toml:"pathPrefix,omitempty"`
+	// Methods matches these HTTP methods (case-insensitive). Empty matches all.
+	Methods []string `json:"methods,omitempty" yaml:"methods,omitempty" toml:"methods,omitempty"`
+	// Average, tokens per Period; required, > 0.
+	Average int64 `json:"average,omitempty" yaml:"average,omitempty" toml:"average,omitempty"`
+	// Period defaults to the top-level Period.
+	Period string `json:"period,omitempty" yaml:"period,omitempty" toml:"period,omitempty"`
+	// Burst, tokens; 0 means 1.
+	Burst int64 `json:"burst,omitempty" yaml:"burst,omitempty" toml:"burst,omitempty"`
+	// Cost, tokens per request; 0 means the top-level Cost.
+	Cost int64 `json:"cost,omitempty" yaml:"cost,omitempty" toml:"cost,omitempty"`
+	// FailureMode "open" or "closed"; "" means the top-level FailureMode.
+	FailureMode string `json:"failureMode,omitempty" yaml:"failureMode,omitempty" toml:"failureMode,omitempty"`
+}
+
+// RedisConfig says where the shared buckets live.
+type RedisConfig struct {
+	// Endpoints lists host:port; the first is used. Default ["127.0.0.1:6379"].
+	Endpoints []string `json:"endpoints,omitempty" yaml:"endpoints,omitempty" toml:"endpoints,omitempty"`
+	// Username for Redis ACL (AUTH username password). Default "".
+	Username string `json:"username,omitempty" yaml:"username,omitempty" toml:"username,omitempty"`
+	// Password for AUTH. Default "" (no AUTH).
+	Password string `json:"password,omitempty" yaml:"password,omitempty" toml:"password,omitempty"`
+	// PasswordFile is read for the password (trailing newline trimmed), for
+	// mounted secrets. Exclusive with Password.
+	PasswordFile string `json:"passwordFile,omitempty" yaml:"passwordFile,omitempty" toml:"passwordFile,omitempty"`
+	// DB is the database number (SELECT). Default 0.
+	DB int64 `json:"db,omitempty" yaml:"db,omitempty" toml:"db,omitempty"`
+	// TLS enables TLS when any of its fields is set.
+	TLS TLSConfig `json:"tls,omitempty" yaml:"tls,omitempty" toml:"tls,omitempty"`
+	// Timeout is the whole budget for one check (pool wait, dial and round
+	// trip included); past it the request falls back. Default "5ms".
+	Timeout string `json:"timeout,omitempty" yaml:"timeout,omitempty" toml:"timeout,omitempty"`
+	// PoolSize caps open connections per process and endpoint. 0 means 64;
+	// when all are busy a check fails fast and falls back.
+	PoolSize int64 `json:"poolSize,omitempty" yaml:"poolSize,omitempty" toml:"poolSize,omitempty"`
+	// BreakerThreshold is the number of consecutive failures that open the
+	// circuit breaker. 0 means 3.
+	BreakerThreshold int64 `json:"breakerThreshold,omitempty" yaml:"breakerThreshold,omitempty" toml:"breakerThreshold,omitempty"`
+	// ProbeInterval is how often an open breaker lets one check through to
+	// probe Redis. Default "3s".
+	ProbeInterval string `json:"probeInterval,omitempty" yaml:"probeInterval,omitempty" toml:"probeInterval,omitempty"`
+}
+
+// TLSConfig holds file paths (PEM) and the verification switch.
+type TLSConfig struct {
+	CA                 string `json:"ca,omitempty" yaml:"ca,omitempty" toml:"ca,omitempty"`
+	Cert               string `json:"cert,omitempty" yaml:"cert,omitempty" toml:"cert,omitempty"`
+	Key                string `json:"key,omitempty" yaml:"key,omitempty" toml:"key,omitempty"`
+	InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty" yaml:"insecureSkipVerify,omitempty" toml:"insecureSkipVerify,omitempty"`
+}
+
+// CreateConfig returns the default configuration; Traefik decodes the
+// middleware's options over it.
+func CreateConfig() *Config {
+	return &Config{
+		Period:      "1s",
+		Burst:       1,
+		Cost:        1,
+		FailureMode: "open",
+		Replicas:    1,
+		Headers:     "ietf",
+		Redis: RedisConfig{
+			Endpoints:        []string{"127.0.0.1:6379"},
+			Timeout:          "5ms",
+			PoolSize:         64,
+			BreakerThreshold: 3,
+			ProbeInterval:    "3s",
+		},
+	}
+}
+
+// Header modes.
+const (
+	headersIETF   = 1
+	headersLegacy = 2
+)
+
+// policy is one compiled bucket shape with its name and failure mode.
+type policy struct {
+	name       string // policy name in headers; "" key suffix for the top level
+	keySuffix  string // appended to the client's key; "" for the top level
+	lim        limit
+	local      limit // the per-pod fallback share
+	average    int64
+	periodSecs int64 // w in RateLimit-Policy
+	failClosed bool
+	// rule matching; the top-level policy matches everything
+	pathPrefix string
+	methods    []string
+}
+
+// settings is a validated, compiled Config.
+type settings struct {
+	class    string
+	top      *policy // nil when Average is 0
+	rules    []*policy
+	source   sourceCriterion
+	headers  int
+	redis    redisSettings
+	disabled bool // no policy at all
+}
+
+// parseDuration accepts a Go duration or bare (possibly fractional) seconds,
+// as Traefik's duration fields do.
+func parseDuration(field, s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if f, err := strconv.ParseFloat(s, 64); err == nil {
+		if f < 0 || f > 1e9 {
+			return 0, fmt.Errorf("%s: %q is out of range", field, s)
+		}
+		return time.Duration(f * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a duration (e.g. 1m, 250ms, or bare seconds)", field, s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%s: %q is negative", field, s)
+	}
+	return d, nil
+}
+
+// positiveDuration is parseDuration that also refuses zero.
+func positiveDuration(field, s string) (time.Duration, error) {
+	d, err := parseDuration(field, s)
+	if err == nil && d <= 0 {
+		err = fmt.Errorf("%s: %q must be greater than zero", field, s)
+	}
+	return d, err
+}
+
+func nonNegative(field string, v int64) error {
+	if v < 0 {
+		return fmt.Errorf("%s: %d is negative", field, v)
+	}
+	return nil
+}
+
+func orDefault(v, def int64) int64 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// failureMode parses "open"/"closed"; "" takes def.
+func failureMode(field, s string, def bool) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "":
+		return def, nil
+	case "open":
+		return false, nil
+	case "closed":
+		return true, nil
+	}
+	return false, fmt.Errorf("%s: %q is not open or closed", field, s)
+}
+
+// checkName refuses characters that cannot appear in a header's quoted
+// string or that would make keys ambiguous.
+func checkName(field, s string) error {
+	if s == "" {
+		return fmt.Errorf("%s: a name is required", field)
+	}
+	if len(s) > 64 {
+		return fmt.Errorf("%s: %q is longer than 64 characters", field, s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || c == '"' || c == '\\' || c == '{' || c == '}' {
+			return fmt.Errorf("%s: %q may hold only printable ASCII without spaces, quotes, backslashes or braces", field, s)
+		}
+	}
+	return nil
+}
+
+// sanitizeName turns a middleware name into a valid class name.
+func sanitizeName(s string) string {
+	b := []byte(s)
+	for i := range b {
+		c := b[i]
+		if c <= ' ' || c >= 0x7f || c == '"' || c == '\\' || c == '{' || c == '}' {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	if len(b) == 0 {
+		return "default"
+	}
+	return string(b)
+}
+
+// compileLimit validates one bucket's numbers and returns its policy.
+// prefix is "" for the top level or "rules[i]." for a rule.
+func compileLimit(prefix string, average int64, period string, burst, cost, replicas int64) (*policy, error) {
+	if average <= 0 {
+		return nil, fmt.Errorf("%saverage: %d must be greater than zero", prefix, average)
+	}
+	per, err := positiveDuration(prefix+"period", period)
+	if err != nil {
+		return nil, err
+	}
+	if err := nonNegative(prefix+"burst", burst); err != nil {
+		return nil, err
+	}
+	if err := nonNegative(prefix+"cost", cost); err != nil {
+		return nil, err
+	}
+	burst = orDefault(burst, 1)
+	cost = orDefault(cost, 1)
+	if burst < cost {
+		return nil, fmt.Errorf("%sburst: %d is less than cost %d: no request could ever pass", prefix, burst, cost)
+	}
+	interval := float64(per.Microseconds()) / float64(average)
+	if interval < 1e-3 {
+		return nil, fmt.Errorf("%saverage: %d per %s is faster than one token per ns", prefix, average, per)
+	}
+	// The local share: Average/Replicas over the same period, Burst/Replicas,
+	// each at least 1 token (and never less than one request's cost).
+	lb := burst / replicas
+	if lb < cost {
+		lb = cost
+	}
+	la := float64(average) / float64(replicas)
+	p := &policy{
+		lim:        limit{interval: interval, burst: float64(burst), cost: float64(cost)},
+		local:      limit{interval: float64(per.Microseconds()) / la, burst: float64(lb), cost: float64(cost)},
+		average:    average,
+		periodSecs: int64(per.Seconds()),
+	}
+	if p.periodSecs < 1 {
+		p.periodSecs = 1
+	}
+	return p, nil
+}
+
+// compile validates cfg and prepares everything ServeHTTP needs.
+func compile(cfg *Config, name string) (*settings, error) {
+	if cfg == nil {
+		return nil, errors.New("no configuration")
+	}
+	s := &settings{}
+	if cfg.Class != "" {
+		if err := checkName("class", cfg.Class); err != nil {
+			return nil, err
+		}
+		s.class = cfg.Class
+	} else {
+		s.class = sanitizeName(name)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"average", cfg.Average}, {"burst", cfg.Burst}, {"cost", cfg.Cost}, {"replicas", cfg.Replicas}} {
+		if err := nonNegative(f.name, f.v); err != nil {
+			return nil, err
+		}
+	}
+	replicas := orDefault(cfg.Replicas, 1)
+	period := cfg.Period
+	if strings.TrimSpace(period) == "" {
+		period = "1s"
+	}
+	topClosed, err := failureMode("failureMode", cfg.FailureMode, false)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Average > 0 {
+		p, err := compileLimit("", cfg.Average, period, cfg.Burst, cfg.Cost, replicas)
+		if err != nil {
+			return nil, err
+		}
+		p.name = s.class
+		p.failClosed = topClosed
+		s.top = p
+	} else if _, err := positiveDuration("period", period); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for i, r := range cfg.Rules {
+		field := fmt.Sprintf("rules[%d]", i)
+		if err := checkName(field+".name", r.Name); err != nil {
+			return nil, err
+		}
+		if seen[r.Name] || r.Name == s.class {
+			return nil, fmt.Errorf("%s.name: %q is used twice (the class %q names the top-level policy)", field, r.Name, s.class)
+		}
+		seen[r.Name] = true
+		rp := r.Period
+		if strings.TrimSpace(rp) == "" {
+			rp = period
+		}
+		p, err := compileLimit(field+".", r.Average, rp, r.Burst, orDefault(r.Cost, orDefault(cfg.Cost, 1)), replicas)
+		if err != nil {
+			return nil, err
+		}
+		if p.failClosed, err = failureMode(field+".failureMode", r.FailureMode, topClosed); err != nil {
+			return nil, err
+		}
+		p.name = r.Name
+		p.keySuffix = ":" + r.Name
+		p.pathPrefix = r.PathPrefix
+		for _, m := range r.Methods {
+			if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
+				p.methods = append(p.methods, m)
+			}
+		}
+		s.rules = append(s.rules, p)
+	}
+	if len(s.rules) > maxRules {
+		return nil, fmt.Errorf("rules: %d rules, at most %d are allowed", len(s.rules), maxRules)
+	}
+	s.disabled = s.top == nil && len(s.rules) == 0
+
+	switch strings.ToLower(strings.TrimSpace(cfg.Headers)) {
+	case "", "ietf":
+		s.headers = headersIETF
+	case "legacy":
+		s.headers = headersLegacy
+	case "both":
+		s.headers = headersIETF | headersLegacy
+	case "none":
+		s.headers = 0
+	default:
+		return nil, fmt.Errorf("headers: %q is not ietf, legacy, both or none", cfg.Headers)
+	}
+	if s.source, err = compileSource(cfg.SourceCriterion); err != nil {
+		return nil, err
+	}
+	if s.redis, err = compileRedis(&cfg.Redis); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// maxRules bounds the rules of one middleware (rule sets are cached by bitmask).
+const maxRules = 32
+
+// redisSettings is a validated RedisConfig.
+type redisSettings struct {
+	addr             string
+	username         string
+	password         string
+	db               int64
+	tls              TLSConfig
+	useTLS           bool
+	timeout          time.Duration
+	poolSize         int
+	breakerThreshold int64
+	probeInterval    time.Duration
+}
+
+// key identifies the settings in the registry.
+func (r redisSettings) key() string {
+	return fmt.Sprintf("%s|%s|%s|%d|%t|%s|%s|%s|%t|%s|%d|%d|%s", r.addr, r.username, r.password, r.db,
+		r.useTLS, r.tls.CA, r.tls.Cert, r.tls.Key, r.tls.InsecureSkipVerify, r.timeout, r.poolSize,
+		r.breakerThreshold, r.probeInterval)
+}
+
+func compileRedis(c *RedisConfig) (redisSettings, error) {
+	r := redisSettings{username: c.Username, password: c.Password, db: c.DB, tls: c.TLS}
+	var eps []string
+	for _, e := range c.Endpoints {
+		if e = strings.TrimSpace(e); e != "" {
+			eps = append(eps, e)
+		}
+	}
+	if len(eps) == 0 {
+		return r, errors.New("redis.endpoints: at least one host:port is required")
+	}
+	for i, e := range eps {
+		if _, port, err := net.SplitHostPort(e); err != nil || port == "" {
+			return r, fmt.Errorf("redis.endpoints[%d]: %q is not host:port", i, e)
+		}
+	}
+	r.addr = eps[0]
+	if c.Password != "" && c.PasswordFile != "" {
+		return r, errors.New("redis.password and redis.passwordFile are both set: use one")
+	}
+	if c.PasswordFile != "" {
+		b, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return r, fmt.Errorf("redis.passwordFile: reading %q: %w", c.PasswordFile, err)
+		}
+		r.password = strings.TrimRight(string(b), "\r\n")
+	}
+	if c.DB < 0 {
+		return r, fmt.Errorf("redis.db: %d is negative", c.DB)
+	}
+	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
+		return r, errors.New("redis.tls: cert and key must be set together")
+	}
+	r.useTLS = c.TLS.CA != "" || c.TLS.Cert != "" || c.TLS.InsecureSkipVerify
+	var err error
+	to := c.Timeout
+	if strings.TrimSpace(to) == "" {
+		to = "5ms"
+	}
+	if r.timeout, err = positiveDuration("redis.timeout", to); err != nil {
+		return r, err
+	}
+	pi := c.ProbeInterval
+	if strings.TrimSpace(pi) == "" {
+		pi = "3s"
+	}
+	if r.probeInterval, err = positiveDuration("redis.probeInterval", pi); err != nil {
+		return r, err
+	}
+	if err := nonNegative("redis.poolSize", c.PoolSize); err != nil {
+		return r, err
+	}
+	if err := nonNegative("redis.breakerThreshold", c.BreakerThreshold); err != nil {
+		return r, err
+	}
+	r.poolSize = int(orDefault(c.PoolSize, 64))
+	r.breakerThreshold = orDefault(c.BreakerThreshold, 3)
+	return r, nil
+}

@@ -1,0 +1,119 @@
+package tollgate
+
+// What happens when Redis is unavailable.
+//
+// Failure policy (applied in backend.check and Tollgate.decide):
+//   - Redis answers with an error, refuses the connection, or does not
+//     answer within redis.timeout: the check fails. Policies in failureMode
+//     "open" fall back to a per-pod token bucket with the limit divided by
+//     replicas (each share at least one request); the request proceeds if
+//     that bucket allows it. Policies in failureMode "closed" answer 503
+//     with Retry-After = probeInterval. The failure is counted and logged to
+//     stderr at most once per probeInterval.
+//   - breakerThreshold consecutive failures open the circuit breaker: no
+//     Redis call at all while open, except one probe (a real check) per
+//     probeInterval; a successful probe closes it and the global limit
+//     resumes. While open, checks take the same fallback path.
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// breaker is a consecutive-failure circuit breaker. Safe for concurrent use;
+// all fields are accessed atomically. Times are Unix ns.
+type breaker struct {
+	threshold int64 // consecutive failures that open it; >= 1
+	interval  int64 // ns between probes while open
+	failures  int64 // consecutive failures so far
+	nextProbe int64 // while open, the earliest instant of the next probe
+}
+
+// allow reports whether a check may call Redis at now: always while closed;
+// while open, only the one caller that claims the due probe.
+func (b *breaker) allow(now int64) bool {
+	if atomic.LoadInt64(&b.failures) < b.threshold {
+		return true
+	}
+	next := atomic.LoadInt64(&b.nextProbe)
+	return now >= next && atomic.CompareAndSwapInt64(&b.nextProbe, next, now+b.interval)
+}
+
+// success closes the breaker.
+func (b *breaker) success() { atomic.StoreInt64(&b.failures, 0) }
+
+// failure counts a failed call; the one that reaches threshold opens the
+// breaker and schedules the first probe.
+func (b *breaker) failure(now int64) {
+	if atomic.AddInt64(&b.failures, 1) == b.threshold {
+		atomic.StoreInt64(&b.nextProbe, now+b.interval)
+	}
+}
+
+// isOpen reports whether the breaker is open.
+func (b *breaker) isOpen() bool { return atomic.LoadInt64(&b.failures) >= b.threshold }
+
+// localBuckets holds the per-pod fallback buckets of every middleware in the
+// process, by bucket key: the TAT of each (µs since epochUS, the pod's
+// clock). Safe for concurrent use.
+//
+// Bounded: at most max buckets. Inserting into a full store first drops the
+// buckets that are full again (equivalent to absent), then, if that freed
+// less than a quarter, arbitrary ones, so a flood of distinct clients costs
+// at most max entries; a dropped bucket that was not full restarts full.
+type localBuckets struct {
+	now func() time.Time
+	max int
+
+	mu   sync.Mutex // guards tats
+	tats map[string]float64
+}
+
+func newLocalBuckets(max int) *localBuckets {
+	return &localBuckets{now: time.Now, max: max, tats: make(map[string]float64)}
+}
+
+// take is takeAll over the local buckets keys[i] with shapes lims[i]: all
+// charged or none. out receives one result per bucket.
+func (lb *localBuckets) take(keys []string, lims []limit, out []result) bool {
+	now := float64(lb.now().UnixMicro() - epochUS)
+	tats := make([]float64, len(keys))
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	for i, k := range keys {
+		tats[i] = lb.tats[k]
+	}
+	ok := takeAll(lims, tats, now, out)
+	if ok {
+		for i, k := range keys {
+			if _, present := lb.tats[k]; !present && len(lb.tats) >= lb.max {
+				lb.evict(now)
+			}
+			lb.tats[k] = tats[i]
+		}
+	}
+	return ok
+}
+
+// evict makes room; requires lb.mu held.
+func (lb *localBuckets) evict(now float64) {
+	for k, tat := range lb.tats {
+		if tat <= now {
+			delete(lb.tats, k)
+		}
+	}
+	for k := range lb.tats {
+		if len(lb.tats) < lb.max*3/4 {
+			break
+		}
+		delete(lb.tats, k)
+	}
+}
+
+// size returns the number of buckets held.
+func (lb *localBuckets) size() int {
+	lb.mu.Lock()
+	defer lb.mu.Unlock()
+	return len(lb.tats)
+}

@@ -1,0 +1,151 @@
+package tollgate
+
+// Process-wide resources. Traefik calls New once per router and again on
+// every configuration reload, and never closes what it built. So nothing is
+// owned by a handler: Redis connection pools, their circuit breakers and the
+// fallback buckets live here, shared by every handler with the same
+// settings. This is the one piece of package-level state, and it is bounded:
+//   - backends: one per distinct redis settings; a backend no handler has
+//     used for backendIdle has its connections closed and is forgotten (a
+//     handler still holding it re-dials on its next check).
+//   - local buckets: one bounded store (maxLocalBuckets), see localBuckets.
+// No goroutine is started: reclaiming happens inside New.
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	maxLocalBuckets = 100000
+	backendIdle     = 10 * time.Minute
+)
+
+// registry holds the shared resources.
+type registry struct {
+	now func() time.Time
+
+	mu       sync.Mutex // guards backends
+	backends map[string]*backend
+	local    *localBuckets
+}
+
+// shared is the process's registry.
+var shared = newRegistry()
+
+func newRegistry() *registry {
+	return &registry{now: time.Now, backends: make(map[string]*backend), local: newLocalBuckets(maxLocalBuckets)}
+}
+
+// backend returns the backend for set, creating it on first use, and
+// reclaims backends left idle by reloads.
+func (r *registry) backend(set redisSettings) (*backend, error) {
+	key := set.key()
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, b := range r.backends {
+		if k != key && now.UnixNano()-atomic.LoadInt64(&b.lastUsed) > int64(backendIdle) {
+			b.client.closeIdle()
+			delete(r.backends, k)
+		}
+	}
+	if b, ok := r.backends[key]; ok {
+		atomic.StoreInt64(&b.lastUsed, now.UnixNano())
+		return b, nil
+	}
+	client, err := newRedisClient(set)
+	if err != nil {
+		return nil, err
+	}
+	b := &backend{
+		client:   client,
+		breaker:  &breaker{threshold: set.breakerThreshold, interval: int64(set.probeInterval)},
+		now:      time.Now,
+		lastUsed: now.UnixNano(),
+	}
+	r.backends[key] = b
+	return b, nil
+}
+
+// backend is one Redis endpoint with its pool, breaker and counters. Safe
+// for concurrent use; counters are updated atomically.
+type backend struct {
+	client  *redisClient
+	breaker *breaker
+	now     func() time.Time
+
+	lastUsed int64 // Unix ns of the last check
+	lastLog  int64 // Unix ns of the last failure logged
+
+	// counters
+	checks    int64 // checks answered by Redis
+	failures  int64 // checks that failed (error or timeout)
+	skipped   int64 // checks not sent because the breaker was open
+	fallbacks int64 // requests decided by the local fallback
+	closed    int64 // requests refused with 503 (failureMode closed)
+}
+
+// check asks Redis, through the breaker, and records the outcome.
+func (b *backend) check(cmd *command, key string, out []int64) error {
+	now := b.now().UnixNano()
+	atomic.StoreInt64(&b.lastUsed, now)
+	if !b.breaker.allow(now) {
+		atomic.AddInt64(&b.skipped, 1)
+		return errBreakerOpen
+	}
+	err := b.client.check(cmd, key, out)
+	if err == nil {
+		b.breaker.success()
+		atomic.AddInt64(&b.checks, 1)
+		return nil
+	}
+	b.breaker.failure(now)
+	atomic.AddInt64(&b.failures, 1)
+	b.logFailure(now, err)
+	return err
+}
+
+// logFailure writes one line to stderr (Traefik logs it at ERROR) at most
+// once per probe interval, never once per request.
+func (b *backend) logFailure(now int64, err error) {
+	last := atomic.LoadInt64(&b.lastLog)
+	if now-last < b.breaker.interval || !atomic.CompareAndSwapInt64(&b.lastLog, last, now) {
+		return
+	}
+	state := "closed"
+	if b.breaker.isOpen() {
+		state = "open"
+	}
+	fmt.Fprintf(os.Stderr, "tollgate: redis %s unavailable, falling back to local limits (breaker %s, %d failures so far): %v\n",
+		b.client.set.addr, state, atomic.LoadInt64(&b.failures), err)
+}
+
+// backendStats are a backend's counters since the process started.
+type backendStats struct {
+	Checks    int64 // checks answered by Redis
+	Failures  int64 // checks that failed (error or timeout)
+	Skipped   int64 // checks not sent: breaker open
+	Fallbacks int64 // requests decided by the local fallback
+	Closed    int64 // requests refused with 503 (failureMode closed)
+	Open      int   // connections open to Redis
+	Breaker   bool  // breaker open
+}
+
+func (b *backend) stats() backendStats {
+	b.client.mu.Lock()
+	open := b.client.open
+	b.client.mu.Unlock()
+	return backendStats{
+		Checks:    atomic.LoadInt64(&b.checks),
+		Failures:  atomic.LoadInt64(&b.failures),
+		Skipped:   atomic.LoadInt64(&b.skipped),
+		Fallbacks: atomic.LoadInt64(&b.fallbacks),
+		Closed:    atomic.LoadInt64(&b.closed),
+		Open:      open,
+		Breaker:   b.breaker.isOpen(),
+	}
+}
