@@ -116,7 +116,7 @@ type RedisConfig struct {
 	// trip included); past it the request falls back. Default "5ms".
 	Timeout string `json:"timeout,omitempty" yaml:"timeout,omitempty" toml:"timeout,omitempty"`
 	// PoolSize caps open connections per process and endpoint. 0 means 64;
-	// when all are busy a check fails fast and falls back.
+	// when all are busy a check waits for one within Timeout, then falls back.
 	PoolSize int64 `json:"poolSize,omitempty" yaml:"poolSize,omitempty" toml:"poolSize,omitempty"`
 	// BreakerThreshold is the number of consecutive failures that open the
 	// circuit breaker. 0 means 3.

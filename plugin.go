@@ -82,11 +82,12 @@ func newPolicySet(ps []*policy) *policySet {
 
 // policiesFor returns the policy set that applies to req, or nil.
 func (t *Tollgate) policiesFor(req *http.Request) *policySet {
-	var mask uint64
-	for i, r := range t.set.rules {
+	var mask, bit uint64 = 0, 1
+	for _, r := range t.set.rules {
 		if r.matches(req) {
-			mask |= 1 << uint(i)
+			mask |= bit
 		}
+		bit <<= 1
 	}
 	if mask == 0 {
 		return t.top
@@ -100,10 +101,12 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 	if t.set.top != nil {
 		ps = append(ps, t.set.top)
 	}
-	for i, r := range t.set.rules {
-		if mask&(1<<uint(i)) != 0 {
+	bit = 1
+	for _, r := range t.set.rules {
+		if mask&bit != 0 {
 			ps = append(ps, r)
 		}
+		bit <<= 1
 	}
 	s := newPolicySet(ps)
 	t.sets[mask] = s

@@ -50,8 +50,8 @@ const idleTimeout = time.Minute
 //
 // The zero value is not usable; use newRedisClient. Safe for concurrent use.
 // At most set.poolSize connections are open at once; a check that finds them
-// all busy fails at once with errPoolExhausted (it never waits, so no check
-// waits beyond its timeout). Idle connections are reused last-in first-out
+// all busy waits for one within its own timeout, then fails with
+// errPoolExhausted. Idle connections are reused last-in first-out
 // and closed after idleTimeout.
 type redisClient struct {
 	set     redisSettings
@@ -109,8 +109,32 @@ func tlsConfig(set redisSettings) (*tls.Config, error) {
 	return conf, nil
 }
 
-// get returns an idle connection or dials one. fresh reports a new dial.
+// poolPoll is how often a check waiting for a busy pool looks again.
+const poolPoll = 100 * time.Microsecond
+
+// get returns an idle connection or dials one; fresh reports a new dial.
+// When poolSize connections are busy it waits for one, polling (no channel,
+// no select: see STYLE.md), until deadline, then fails with
+// errPoolExhausted.
 func (c *redisClient) get(now, deadline time.Time) (cn *rconn, fresh bool, err error) {
+	for {
+		cn, fresh, err = c.tryGet(now, deadline)
+		if err != errPoolExhausted {
+			return cn, fresh, err
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return nil, false, err
+		}
+		if wait > poolPoll {
+			wait = poolPoll
+		}
+		time.Sleep(wait)
+	}
+}
+
+// tryGet is get without waiting.
+func (c *redisClient) tryGet(now, deadline time.Time) (cn *rconn, fresh bool, err error) {
 	c.mu.Lock()
 	for len(c.idle) > 0 {
 		cn = c.idle[len(c.idle)-1]

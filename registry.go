@@ -12,8 +12,7 @@ package tollgate
 // No goroutine is started: reclaiming happens inside New.
 
 import (
-	"fmt"
-	"os"
+	"log"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,8 +108,10 @@ func (b *backend) check(cmd *command, key string, out []int64) error {
 	return err
 }
 
-// logFailure writes one line to stderr (Traefik logs it at ERROR) at most
-// once per probe interval, never once per request.
+// logFailure logs one line at most once per probe interval, never once per
+// request. It uses the log package: under Yaegi that writes to the
+// interpreter's stderr, which Traefik logs at ERROR (os.Stderr is the
+// process's own and would bypass Traefik's log).
 func (b *backend) logFailure(now int64, err error) {
 	last := atomic.LoadInt64(&b.lastLog)
 	if now-last < b.breaker.interval || !atomic.CompareAndSwapInt64(&b.lastLog, last, now) {
@@ -120,7 +121,7 @@ func (b *backend) logFailure(now int64, err error) {
 	if b.breaker.isOpen() {
 		state = "open"
 	}
-	fmt.Fprintf(os.Stderr, "tollgate: redis %s unavailable, falling back to local limits (breaker %s, %d failures so far): %v\n",
+	log.Printf("tollgate: redis %s unavailable, falling back to local limits (breaker %s, %d failures so far): %v\n",
 		b.client.set.addr, state, atomic.LoadInt64(&b.failures), err)
 }
 

@@ -1,0 +1,492 @@
+package e2e
+
+// The scenario suite: every scenario runs twice, with the plugin compiled
+// into the test binary and interpreted by Yaegi v0.16.1 through a loader
+// that mirrors Traefik's, against a real redis-server started per scenario.
+// A "pod" is one Factory: under Yaegi each has its own interpreter and so
+// its own registry and fallback buckets, as separate Traefik processes do.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var goPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "tollgate-gopath")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if goPath, err = GoPath(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// kinds are the two ways the suite loads the plugin.
+var kinds = []string{"compiled", "yaegi"}
+
+// env is one scenario's world: a Redis and a way to make pods.
+type env struct {
+	t     *testing.T
+	kind  string
+	redis *Redis
+	logs  *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// forEachKind runs body once per kind with a fresh redis-server.
+func forEachKind(t *testing.T, body func(t *testing.T, e *env)) {
+	for _, kind := range kinds {
+		kind := kind
+		t.Run(kind, func(t *testing.T) {
+			r, err := StartRedis(t.TempDir())
+			if err != nil {
+				if NeedRedis(err) {
+					t.Skip(err)
+				}
+				t.Fatal(err)
+			}
+			t.Cleanup(r.Kill)
+			body(t, &env{t: t, kind: kind, redis: r, logs: &syncBuffer{}})
+		})
+	}
+}
+
+// pod returns a new Factory: compiled, or a new interpreter.
+func (e *env) pod() Factory {
+	e.t.Helper()
+	if e.kind == "compiled" {
+		return Compiled{}
+	}
+	y, err := NewYaegi(goPath, e.logs)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return y
+}
+
+var okHandler = http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+	rw.WriteHeader(http.StatusOK)
+	_, _ = rw.Write([]byte("ok"))
+})
+
+// handler builds a middleware on pod f with options merged over base.
+func (e *env) handler(f Factory, name string, options map[string]interface{}) http.Handler {
+	e.t.Helper()
+	h, err := f.New(context.Background(), okHandler, options, name)
+	if err != nil {
+		e.t.Fatalf("New: %v", err)
+	}
+	return h
+}
+
+// opts returns options for a limit on this env's Redis, keyed by X-API-Key.
+func (e *env) opts(kv ...interface{}) map[string]interface{} {
+	m := map[string]interface{}{
+		"sourceCriterion": map[string]interface{}{"requestHeaderName": "X-API-Key"},
+		"redis":           map[string]interface{}{"endpoints": []interface{}{e.redis.Addr}, "timeout": "1s"},
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		k := kv[i].(string)
+		if strings.HasPrefix(k, "redis.") {
+			m["redis"].(map[string]interface{})[strings.TrimPrefix(k, "redis.")] = kv[i+1]
+			continue
+		}
+		m[k] = kv[i+1]
+	}
+	return m
+}
+
+func do(h http.Handler, method, path, key string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, nil)
+	req.RemoteAddr = "192.0.2.1:1234"
+	if key != "" {
+		req.Header.Set("X-API-Key", key)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func uniqueKey(t *testing.T) string {
+	return fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
+}
+
+// count tallies status codes.
+func count(codes []int) map[int]int {
+	m := map[int]int{}
+	for _, c := range codes {
+		m[c]++
+	}
+	return m
+}
+
+func TestOneBudgetAcrossPods(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		// 60 per hour refills one token a minute: nothing refills during
+		// the test, so exactly burst requests may pass. failureMode closed
+		// makes any Redis failure visible as a 503 instead of a fallback.
+		o := e.opts("average", 60, "period", "1h", "burst", 20, "failureMode", "closed", "class", "api")
+		var pods []http.Handler
+		for i := 0; i < 3; i++ {
+			pods = append(pods, e.handler(e.pod(), "api@file", o))
+		}
+		key := uniqueKey(t)
+		codes := make([]int, 90)
+		var wg sync.WaitGroup
+		for i := range codes {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				codes[i] = do(pods[i%3], "GET", "/", key).Code
+			}(i)
+		}
+		wg.Wait()
+		if c := count(codes); c[200] != 20 || c[429] != 70 {
+			t.Fatalf("90 concurrent requests over 3 pods: %v, want 20 x 200 and 70 x 429", c)
+		}
+		// Another key has its own budget.
+		other := uniqueKey(t) + "-other"
+		for i := 0; i < 21; i++ {
+			want := 200
+			if i == 20 {
+				want = 429
+			}
+			if got := do(pods[i%3], "GET", "/", other).Code; got != want {
+				t.Fatalf("other key, request %d: status %d, want %d", i, got, want)
+			}
+		}
+		// Another class has its own budget; the same class shares it.
+		otherClass := e.handler(e.pod(), "other@file", e.opts("average", 60, "period", "1h", "burst", 20, "class", "other"))
+		if got := do(otherClass, "GET", "/", key).Code; got != 200 {
+			t.Fatalf("same key, other class: status %d, want 200", got)
+		}
+		sameClass := e.handler(e.pod(), "elsewhere@file", e.opts("average", 60, "period", "1h", "burst", 20, "class", "api"))
+		if got := do(sameClass, "GET", "/", key).Code; got != 429 {
+			t.Fatalf("same key, same class on another router: status %d, want 429", got)
+		}
+	})
+}
+
+func TestRulesChargedAllOrNothing(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		h := e.handler(e.pod(), "api@file", e.opts("average", 60, "period", "1h", "burst", 10, "class", "api",
+			"rules", []interface{}{map[string]interface{}{
+				"name": "login", "pathPrefix": "/login", "methods": "POST", "average": 60, "period": "1h", "burst": 3,
+			}}))
+		key := uniqueKey(t)
+		for i := 0; i < 3; i++ {
+			rec := do(h, "POST", "/login", key)
+			want := fmt.Sprintf(`"api";r=%d;t=0, "login";r=%d;t=%d`, 9-i, 2-i, map[bool]int{true: 60, false: 0}[i == 2])
+			if rec.Code != 200 || rec.Header().Get("RateLimit") != want {
+				t.Fatalf("login %d: %d %q, want 200 %q", i, rec.Code, rec.Header().Get("RateLimit"), want)
+			}
+			if p := rec.Header().Get("RateLimit-Policy"); p != `"api";q=60;w=3600, "login";q=60;w=3600` {
+				t.Fatalf("RateLimit-Policy = %q", p)
+			}
+		}
+		rec := do(h, "POST", "/login", key)
+		if rec.Code != 429 || !strings.Contains(rec.Body.String(), `"violated-policies":["login"]`) {
+			t.Fatalf("4th login: %d %s, want 429 violating login", rec.Code, rec.Body)
+		}
+		// The refused login charged nothing: the top-level bucket holds 7
+		// tokens, so this request leaves 6.
+		rec = do(h, "GET", "/other", key)
+		if rec.Code != 200 || rec.Header().Get("RateLimit") != `"api";r=6;t=0` {
+			t.Fatalf("GET after refused login: %d %q, want 200 \"api\";r=6;t=0", rec.Code, rec.Header().Get("RateLimit"))
+		}
+		// GET /login does not match the POST-only rule.
+		if rec = do(h, "GET", "/login", key); rec.Header().Get("RateLimit") != `"api";r=5;t=0` {
+			t.Fatalf("GET /login: %q", rec.Header().Get("RateLimit"))
+		}
+	})
+}
+
+func TestRefusalTellsWhenToRetry(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		h := e.handler(e.pod(), "api@file", e.opts("average", 6, "period", "1m", "burst", 2, "class", "api", "headers", "both"))
+		key := uniqueKey(t)
+		do(h, "GET", "/", key)
+		do(h, "GET", "/", key)
+		rec := do(h, "GET", "/", key)
+		if rec.Code != 429 {
+			t.Fatalf("status %d, want 429", rec.Code)
+		}
+		ra, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+		if err != nil || ra < 1 || ra > 10 {
+			t.Fatalf("Retry-After = %q, want 1..10 s", rec.Header().Get("Retry-After"))
+		}
+		if got, want := rec.Header().Get("RateLimit"), fmt.Sprintf(`"api";r=0;t=%d`, ra); got != want {
+			t.Fatalf("RateLimit = %q, want %q", got, want)
+		}
+		if rec.Header().Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("Content-Type = %q", rec.Header().Get("Content-Type"))
+		}
+		var body map[string]interface{}
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("body %q: %v", rec.Body, err)
+		}
+		if body["status"] != float64(429) || body["retry_after"] != float64(ra) ||
+			body["type"] != "https://iana.org/assignments/http-problem-types#quota-exceeded" {
+			t.Fatalf("problem body = %v", body)
+		}
+		if rec.Header().Get("X-RateLimit-Limit") != "6" || rec.Header().Get("X-RateLimit-Remaining") != "0" {
+			t.Fatalf("legacy headers: %v", rec.Header())
+		}
+	})
+}
+
+func TestScriptFlushAndRestartFailNoRequest(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		// failureMode closed: a request that could not be checked in Redis
+		// would be a 503, so every 200 here was decided by Redis.
+		h := e.handler(e.pod(), "api@file", e.opts("average", 600, "period", "1m", "burst", 100, "failureMode", "closed"))
+		key := uniqueKey(t)
+		for i := 0; i < 3; i++ {
+			if c := do(h, "GET", "/", key).Code; c != 200 {
+				t.Fatalf("before flush: %d", c)
+			}
+		}
+		if _, err := e.redis.Do("SCRIPT", "FLUSH"); err != nil {
+			t.Fatal(err)
+		}
+		evals, _ := e.redis.Calls("eval")
+		for i := 0; i < 3; i++ {
+			if c := do(h, "GET", "/", key).Code; c != 200 {
+				t.Fatalf("after SCRIPT FLUSH, request %d: %d, want 200", i, c)
+			}
+		}
+		if after, _ := e.redis.Calls("eval"); after != evals+1 {
+			t.Fatalf("EVAL calls after flush: %d -> %d, want one reload", evals, after)
+		}
+		if err := e.redis.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			rec := do(h, "GET", "/", key)
+			if rec.Code != 200 {
+				t.Fatalf("after restart, request %d: %d %s, want 200", i, rec.Code, rec.Body)
+			}
+			// The restarted Redis is empty: the bucket starts full again.
+			if want := fmt.Sprintf(`r=%d;`, 99-i); !strings.Contains(rec.Header().Get("RateLimit"), want) {
+				t.Fatalf("after restart, request %d: RateLimit %q, want %s", i, rec.Header().Get("RateLimit"), want)
+			}
+		}
+	})
+}
+
+func TestRedisKilledFallsBackToLocalShare(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		// 2 replicas: each pod allows 60/2 per hour with burst 10/2 = 5.
+		h := e.handler(e.pod(), "api@file", e.opts("average", 60, "period", "1h", "burst", 10, "replicas", 2, "redis.timeout", "50ms"))
+		e.redis.Kill()
+		key := uniqueKey(t)
+		var codes []int
+		var slowest time.Duration
+		for i := 0; i < 20; i++ {
+			start := time.Now()
+			rec := do(h, "GET", "/", key)
+			if d := time.Since(start); d > slowest {
+				slowest = d
+			}
+			codes = append(codes, rec.Code)
+			if rec.Header().Get("RateLimit") == "" || rec.Header().Get("RateLimit-Policy") == "" {
+				t.Fatalf("request %d in fallback has no RateLimit headers: %v", i, rec.Header())
+			}
+		}
+		if c := count(codes); c[200] != 5 || c[429] != 15 {
+			t.Fatalf("runaway key with Redis down: %v, want 5 x 200 (the local share) and 15 x 429", c)
+		}
+		// A refused connection fails at once, far inside the timeout.
+		if slowest > 50*time.Millisecond+250*time.Millisecond {
+			t.Fatalf("slowest request with Redis down took %v, want within the 50ms timeout (+ scheduling)", slowest)
+		}
+		if c := do(h, "GET", "/", uniqueKey(t)+"-b").Code; c != 200 {
+			t.Fatalf("another key with Redis down: %d, want 200", c)
+		}
+		// Under Yaegi the plugin's stderr is captured (compiled, it is the
+		// test binary's): the failure is logged, once per probe interval.
+		if e.kind == "yaegi" {
+			if n := strings.Count(e.logs.String(), "unavailable"); n != 1 {
+				t.Fatalf("failure logged %d times for 21 failed checks, want once: %q", n, e.logs.String())
+			}
+		}
+	})
+}
+
+func TestRedisFrozenGivesUpWithinTimeout(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		h := e.handler(e.pod(), "api@file", e.opts("average", 600, "period", "1m", "burst", 100, "redis.timeout", "20ms", "redis.breakerThreshold", 100))
+		key := uniqueKey(t)
+		if c := do(h, "GET", "/", key).Code; c != 200 {
+			t.Fatalf("warm-up: %d", c)
+		}
+		if err := e.redis.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer e.redis.Resume()
+		var slowest time.Duration
+		for i := 0; i < 5; i++ {
+			start := time.Now()
+			if c := do(h, "GET", "/", key).Code; c != 200 {
+				t.Fatalf("request %d with Redis frozen: %d, want 200 (fail-open)", i, c)
+			}
+			if d := time.Since(start); d > slowest {
+				slowest = d
+			}
+		}
+		// Each check gives up at its 20ms deadline (pooled connection, then
+		// fresh dials); the bound allows for a loaded CI machine, and is
+		// far below an unbounded wait.
+		if slowest < 20*time.Millisecond || slowest > 20*time.Millisecond+300*time.Millisecond {
+			t.Fatalf("slowest request with Redis frozen: %v, want just over the 20ms timeout", slowest)
+		}
+	})
+}
+
+func TestBreakerStopsRedisTrafficAndRecovers(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		h := e.handler(e.pod(), "api@file", e.opts("average", 600, "period", "1m", "burst", 100,
+			"redis.timeout", "200ms", "redis.breakerThreshold", 3, "redis.probeInterval", "3s"))
+		key := uniqueKey(t)
+		e.redis.Kill()
+		opened := time.Now()
+		for i := 0; i < 5; i++ {
+			if c := do(h, "GET", "/", key).Code; c != 200 {
+				t.Fatalf("Redis down, request %d: %d", i, c)
+			}
+		}
+		if err := e.redis.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 10; i++ {
+			do(h, "GET", "/", key)
+		}
+		if calls, err := e.redis.ScriptCalls(); err != nil || calls != 0 {
+			t.Fatalf("breaker open: Redis ran %d scripts (%v), want 0", calls, err)
+		}
+		time.Sleep(time.Until(opened.Add(3*time.Second + 100*time.Millisecond)))
+		// The probe: on the restarted (empty) Redis it costs EVALSHA, which
+		// answers NOSCRIPT, and EVAL.
+		rec := do(h, "GET", "/", key)
+		if calls, _ := e.redis.ScriptCalls(); calls != 2 {
+			t.Fatalf("after probe interval: Redis ran %d script commands, want the probe's 2", calls)
+		}
+		// The probe was a real check on the (new, empty) global bucket.
+		if got := rec.Header().Get("RateLimit"); !strings.Contains(got, "r=99;") {
+			t.Fatalf("probe answered RateLimit %q, want r=99 from Redis", got)
+		}
+		for i := 0; i < 5; i++ {
+			do(h, "GET", "/", key)
+		}
+		if calls, _ := e.redis.ScriptCalls(); calls != 7 {
+			t.Fatalf("breaker closed: Redis ran %d script commands, want 7", calls)
+		}
+	})
+}
+
+func TestFailClosedRuleAnswers503(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		h := e.handler(e.pod(), "api@file", e.opts("average", 600, "period", "1m", "burst", 100, "class", "api",
+			"redis.probeInterval", "4s",
+			"rules", []interface{}{map[string]interface{}{
+				"name": "login", "pathPrefix": "/login", "average": 5, "period": "1m", "burst": 5, "failureMode": "closed",
+			}}))
+		e.redis.Kill()
+		key := uniqueKey(t)
+		rec := do(h, "POST", "/login", key)
+		if rec.Code != 503 || rec.Header().Get("Retry-After") != "4" ||
+			!strings.Contains(rec.Body.String(), "#temporary-reduced-capacity") ||
+			!strings.Contains(rec.Body.String(), `"violated-policies":["login"]`) {
+			t.Fatalf("login with Redis down: %d %v %s, want 503, Retry-After 4, reduced-capacity problem", rec.Code, rec.Header(), rec.Body)
+		}
+		if c := do(h, "GET", "/api", key).Code; c != 200 {
+			t.Fatalf("fail-open path with Redis down: %d, want 200", c)
+		}
+	})
+}
+
+func TestManyNewCallsOpenNoMoreConnections(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		pod := e.pod()
+		o := e.opts("average", 600, "period", "1m", "burst", 100)
+		do(e.handler(pod, "warm@file", o), "GET", "/", "warm")
+		before, err := e.redis.Clients()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 1000; i++ {
+			h := e.handler(pod, fmt.Sprintf("r%d@file", i), o)
+			if c := do(h, "GET", "/", "k").Code; c != 200 && c != 429 {
+				t.Fatalf("handler %d: %d", i, c)
+			}
+		}
+		after, _ := e.redis.Clients()
+		if after > before {
+			t.Fatalf("connected clients %d -> %d after 1000 New calls, want no growth", before, after)
+		}
+	})
+}
+
+func TestConcurrentChecksGetTheirOwnReplies(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		// 16 goroutines on 4 pods, each with its own key and burst 50: any
+		// reply delivered to the wrong request shows as a wrong r.
+		var pods []http.Handler
+		for i := 0; i < 4; i++ {
+			pods = append(pods, e.handler(e.pod(), "api@file", e.opts("average", 60, "period", "1h", "burst", 50, "failureMode", "closed")))
+		}
+		var bad int64
+		var wg sync.WaitGroup
+		for g := 0; g < 16; g++ {
+			wg.Add(1)
+			go func(g int) {
+				defer wg.Done()
+				key := fmt.Sprintf("%s-%d", uniqueKey(t), g)
+				for i := 0; i < 50; i++ {
+					rec := do(pods[g%4], "GET", "/", key)
+					if rec.Code != 200 || !strings.Contains(rec.Header().Get("RateLimit"), fmt.Sprintf(";r=%d;", 49-i)) {
+						atomic.AddInt64(&bad, 1)
+					}
+				}
+			}(g)
+		}
+		wg.Wait()
+		if bad != 0 {
+			t.Fatalf("%d of 800 concurrent checks got a wrong answer", bad)
+		}
+	})
+}
