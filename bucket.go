@@ -90,13 +90,15 @@ type result struct {
 	fullMS    int64 // ms until the bucket is full again
 }
 
-// ceilMS converts µs to whole milliseconds, rounding up.
-func ceilMS(us float64) int64 { return int64(math.Ceil(us / 1000)) }
+// ceilMS converts µs to whole milliseconds, rounding up; the nanosecond
+// taken off absorbs float rounding (1e6/3 µs times 3 is 1000 ms, not 1001).
+func ceilMS(us float64) int64 { return int64(math.Ceil((us - 1e-3) / 1000)) }
 
 // takeAll is the all-or-nothing decision over several buckets at instant now
 // (µs since epochUS): tats[i] is bucket i's stored TAT (0 when missing). When
 // every bucket fits, each is charged and tats is updated in place; otherwise
-// nothing changes. out receives one result per bucket. It is the Go twin of
+// nothing is charged (a TAT clamped because the clock ran backwards is
+// still stored clamped). out receives one result per bucket. It is the Go twin of
 // bucketScript and must stay in step with it.
 func takeAll(lims []limit, tats []float64, now float64, out []result) bool {
 	ok := true
@@ -111,6 +113,8 @@ func takeAll(lims []limit, tats []float64, now float64, out []result) bool {
 		if ok {
 			s += l.interval * l.cost
 			tats[i] = s
+		} else if s < tats[i] {
+			tats[i] = s // persist the clamp of a clock that ran backwards
 		}
 		r, w, f := l.status(s, now)
 		out[i] = result{remaining: r, waitMS: ceilMS(w), fullMS: ceilMS(f)}
@@ -126,7 +130,8 @@ func takeAll(lims []limit, tats []float64, now float64, out []result) bool {
 //	ARGV[3i]     cost, tokens
 //	reply        {allowed (1|0), remaining_1, wait_ms_1, full_ms_1, ...}
 //
-// Charged buckets are stored as a TAT string with an expiry at that TAT, so a
+// Charged buckets (and buckets whose TAT was clamped because TIME ran
+// backwards) are stored as a TAT string with an expiry at that TAT, so a
 // key lives only while its bucket is not full. TIME makes the script
 // non-deterministic; Redis >= 5 replicates its effects (the SETs), which
 // redis.replicate_commands asks for where it is not already the default.
@@ -135,7 +140,7 @@ if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
 local n = #KEYS
-local iv, burst, cost, cap, slack, s = {}, {}, {}, {}, {}, {}
+local iv, burst, cost, cap, slack, s, clamped = {}, {}, {}, {}, {}, {}, {}
 local ok = 1
 for i = 1, n do
   iv[i] = tonumber(ARGV[3*i-2])
@@ -144,15 +149,16 @@ for i = 1, n do
   cap[i] = iv[i] * burst[i]
   slack[i] = 1 + burst[i] / 64
   local tat = tonumber(redis.call('GET', KEYS[i])) or now
-  if tat < now then tat = now elseif tat > now + cap[i] then tat = now + cap[i] end
+  clamped[i] = false
+  if tat < now then tat = now elseif tat > now + cap[i] then tat = now + cap[i]; clamped[i] = true end
   s[i] = tat
   if tat + iv[i] * cost[i] - now > cap[i] + slack[i] then ok = 0 end
 end
 local out = {ok}
 for i = 1, n do
   local tat = s[i]
-  if ok == 1 then
-    tat = tat + iv[i] * cost[i]
+  if ok == 1 then tat = tat + iv[i] * cost[i] end
+  if ok == 1 or clamped[i] then
     redis.call('SET', KEYS[i], string.format('%.17g', tat), 'PX', math.max(1, math.ceil((tat - now) / 1000)))
   end
   local r = math.floor((now + cap[i] - tat + slack[i]) / iv[i])
@@ -162,8 +168,8 @@ for i = 1, n do
   local f = tat - now
   if f < 0 then f = 0 end
   out[3*i-1] = r
-  out[3*i] = math.ceil(w / 1000)
-  out[3*i+1] = math.ceil(f / 1000)
+  out[3*i] = math.ceil((w - 0.001) / 1000)
+  out[3*i+1] = math.ceil((f - 0.001) / 1000)
 end
 return out
 `

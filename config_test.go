@@ -1,0 +1,100 @@
+package tollgate
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseDuration(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		err  string
+	}{
+		{in: "1m", want: time.Minute},
+		{in: "60", want: time.Minute},
+		{in: "0.5", want: 500 * time.Millisecond},
+		{in: " 250ms ", want: 250 * time.Millisecond},
+		{in: "-1s", err: "negative"},
+		{in: "-3", err: "out of range"},
+		{in: "soon", err: "not a duration"},
+		{in: "", err: "not a duration"},
+	} {
+		got, err := parseDuration("period", tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "period") {
+				t.Fatalf("parseDuration(%q) error = %v, want one naming period and %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Fatalf("parseDuration(%q) = %v, %v, want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestCompileDefaults(t *testing.T) {
+	s, err := compile(CreateConfig(), "api@file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.disabled || s.top != nil || s.class != "api@file" || s.headers != headersIETF {
+		t.Fatalf("defaults: %+v, want limiting disabled, class from the name, ietf headers", s)
+	}
+	if s.redis.addr != "127.0.0.1:6379" || s.redis.timeout != 5*time.Millisecond || s.redis.poolSize != 64 ||
+		s.redis.breakerThreshold != 3 || s.redis.probeInterval != 3*time.Second {
+		t.Fatalf("redis defaults: %+v", s.redis)
+	}
+}
+
+func TestCompileLocalShare(t *testing.T) {
+	for _, tc := range []struct {
+		desc                     string
+		average, burst, replicas int64
+		wantLocalBurst           float64
+		wantLocalIntervalSeconds float64
+	}{
+		{desc: "100/min burst 20 over 3 pods", average: 100, burst: 20, replicas: 3, wantLocalBurst: 6, wantLocalIntervalSeconds: 1.8},
+		{desc: "more pods than burst: at least one request", average: 100, burst: 20, replicas: 100, wantLocalBurst: 1, wantLocalIntervalSeconds: 60},
+		{desc: "replicas 0 means 1", average: 60, burst: 10, replicas: 0, wantLocalBurst: 10, wantLocalIntervalSeconds: 1},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			cfg := CreateConfig()
+			cfg.Average, cfg.Period, cfg.Burst, cfg.Replicas = tc.average, "1m", tc.burst, tc.replicas
+			s, err := compile(cfg, "api")
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := s.top.local
+			if l.burst != tc.wantLocalBurst || math.Abs(l.interval/1e6-tc.wantLocalIntervalSeconds) > 1e-9 {
+				t.Fatalf("local share: burst %v, %v s per token; want %v, %v", l.burst, l.interval/1e6, tc.wantLocalBurst, tc.wantLocalIntervalSeconds)
+			}
+		})
+	}
+}
+
+func TestRulesInheritFromTheTopLevel(t *testing.T) {
+	cfg := CreateConfig()
+	cfg.Average, cfg.Period, cfg.Cost, cfg.Burst, cfg.FailureMode = 100, "1m", 2, 10, "closed"
+	cfg.Rules = []Rule{{Name: "search", Average: 10, Burst: 4, Methods: []string{"get", " post "}}}
+	s, err := compile(cfg, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := s.rules[0]
+	if r.lim.cost != 2 || r.periodSecs != 60 || !r.failClosed || r.keySuffix != ":search" ||
+		strings.Join(r.methods, ",") != "GET,POST" {
+		t.Fatalf("rule: %+v, want cost 2, period 60s, fail closed, methods GET,POST", r)
+	}
+}
+
+func TestSanitizeName(t *testing.T) {
+	if got := sanitizeName(`my "api"@file`); got != "my__api_@file" {
+		t.Fatalf("sanitizeName = %q", got)
+	}
+	if got := sanitizeName(""); got != "default" {
+		t.Fatalf("sanitizeName(\"\") = %q", got)
+	}
+}

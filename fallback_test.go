@@ -1,0 +1,94 @@
+package tollgate
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestBreakerSteps(t *testing.T) {
+	b := &breaker{threshold: 3, interval: int64(3 * time.Second)}
+	sec := int64(time.Second)
+	steps := []struct {
+		desc  string
+		at    int64 // s
+		allow bool
+		then  string // "ok", "fail" or ""
+	}{
+		{"closed", 0, true, "fail"},
+		{"one failure", 0, true, "fail"},
+		{"two failures", 0, true, "fail"},
+		{"open: no call", 1, false, ""},
+		{"open: still no call", 2, false, ""},
+		{"probe due", 3, true, "fail"},
+		{"probe taken, next not due", 3, false, ""},
+		{"probe due again", 6, true, "ok"},
+		{"closed again", 6, true, ""},
+	}
+	for i, s := range steps {
+		if got := b.allow(s.at * sec); got != s.allow {
+			t.Fatalf("step %d (%s, t=%ds): allow = %t, want %t", i, s.desc, s.at, got, s.allow)
+		}
+		switch s.then {
+		case "ok":
+			b.success()
+		case "fail":
+			b.failure(s.at * sec)
+		}
+	}
+}
+
+func TestLocalBucketsAreBounded(t *testing.T) {
+	lb := newLocalBuckets(100)
+	now := time.Unix(1800000000, 0)
+	lb.now = func() time.Time { return now }
+	lim := []limit{{interval: 1e6, burst: 5, cost: 1}}
+	out := make([]result, 1)
+	for i := 0; i < 1000; i++ {
+		if !lb.take([]string{fmt.Sprint("client", i)}, lim, out) {
+			t.Fatalf("client %d: first request refused", i)
+		}
+		if lb.size() > 100 {
+			t.Fatalf("after %d clients the store holds %d buckets, want at most 100", i+1, lb.size())
+		}
+	}
+}
+
+func TestLocalBucketsEvictFullBucketsFirst(t *testing.T) {
+	lb := newLocalBuckets(100)
+	now := time.Unix(1800000000, 0)
+	lb.now = func() time.Time { return now }
+	lim := []limit{{interval: 1e6, burst: 5, cost: 1}}
+	out := make([]result, 1)
+	for i := 0; i < 99; i++ {
+		lb.take([]string{fmt.Sprint("client", i)}, lim, out) // full again after 1s
+	}
+	for i := 0; i < 5; i++ {
+		lb.take([]string{"runaway"}, lim, out) // full again after 5s
+	}
+	now = now.Add(2 * time.Second)
+	for i := 0; i < 50; i++ {
+		lb.take([]string{fmt.Sprint("late", i)}, lim, out) // the first one evicts
+	}
+	if lb.take([]string{"runaway"}, lim, out); out[0].remaining != 1 {
+		t.Fatalf("runaway 2s after emptying its bucket: r=%d, want 1 (evicted while not full?)", out[0].remaining)
+	}
+}
+
+func TestLocalBucketsUseThePodClock(t *testing.T) {
+	lb := newLocalBuckets(10)
+	now := time.Unix(1800000000, 0)
+	lb.now = func() time.Time { return now }
+	lim := []limit{{interval: 1e6, burst: 1, cost: 1}}
+	out := make([]result, 1)
+	if !lb.take([]string{"k"}, lim, out) {
+		t.Fatal("step 0: allowed = false, want true")
+	}
+	if lb.take([]string{"k"}, lim, out) {
+		t.Fatal("step 1: allowed = true, want false")
+	}
+	now = now.Add(time.Second)
+	if !lb.take([]string{"k"}, lim, out) {
+		t.Fatal("step 2 (1s later): allowed = false, want true")
+	}
+}
