@@ -38,89 +38,77 @@ type limit struct {
 	cost     float64 // tokens one request takes
 }
 
-// capacity is the time, µs, an empty bucket takes to fill.
-func (l limit) capacity() float64 { return l.interval * l.burst }
+// A decision is kept flat, in the layout of the script's reply, so the
+// Redis path has nothing to convert:
+//
+//	d[0]      1 if the request passes (every bucket charged), else 0
+//	d[1+3i]   bucket i's whole tokens left after this request (before it,
+//	          when refused)
+//	d[2+3i]   ms until a request of this cost fits bucket i; 0 if it fits now
+//	d[3+3i]   ms until bucket i is full again (when its key expires)
+func decisionLen(buckets int) int { return 1 + 3*buckets }
 
-// slack is the refill time, µs, a decision may round in the client's favour.
-func (l limit) slack() float64 { return 1 + l.burst/64 }
-
-// start returns the bucket's TAT as seen at now: a passed TAT is now (full
-// bucket) and a TAT beyond capacity (the clock ran backwards) is clamped.
-func (l limit) start(tat, now float64) float64 {
-	if tat < now {
-		return now
+// takeAll is the all-or-nothing decision over several buckets at instant now
+// (µs since epochUS): tats[i] is bucket i's stored TAT (0 when missing). When
+// every bucket fits, each is charged and tats is updated in place; otherwise
+// nothing is charged (a TAT clamped because the clock ran backwards is still
+// stored clamped). d receives the decision. It is the Go twin of
+// bucketScript, statement for statement, and must stay in step with it.
+func takeAll(lims []limit, tats []float64, now float64, d []int64) bool {
+	ok := true
+	for i := range lims {
+		l := &lims[i]
+		capacity := l.interval * l.burst
+		tat := tats[i]
+		if tat < now {
+			tat = now
+		} else if tat > now+capacity {
+			tat = now + capacity
+			tats[i] = tat // persist the clamp
+		}
+		if tat+l.interval*l.cost-now > capacity+1+l.burst/64 {
+			ok = false
+		}
 	}
-	if c := now + l.capacity(); tat > c {
-		return c
+	d[0] = 0
+	if ok {
+		d[0] = 1
 	}
-	return tat
-}
-
-// fits reports whether a request can be charged to a bucket whose (clamped)
-// TAT is s, at now.
-func (l limit) fits(s, now float64) bool {
-	return s+l.interval*l.cost-now <= l.capacity()+l.slack()
-}
-
-// status reports a bucket whose TAT is s, at now: the whole tokens it holds,
-// the µs until a request of this cost fits (0 if it fits now), and the µs
-// until the bucket is full.
-func (l limit) status(s, now float64) (remaining int64, waitUS, fullUS float64) {
-	r := math.Floor((now + l.capacity() - s + l.slack()) / l.interval)
-	if r < 0 {
-		r = 0
-	} else if r > l.burst {
-		r = l.burst
+	for i := range lims {
+		l := &lims[i]
+		capacity, slack := l.interval*l.burst, 1+l.burst/64
+		tat := tats[i]
+		if tat < now {
+			tat = now
+		}
+		if ok {
+			tat += l.interval * l.cost
+			tats[i] = tat
+		}
+		r := math.Floor((now + capacity - tat + slack) / l.interval)
+		if r < 0 {
+			r = 0
+		} else if r > l.burst {
+			r = l.burst
+		}
+		w := tat + l.interval*l.cost - now - capacity
+		if w <= slack {
+			w = 0
+		}
+		f := tat - now
+		if f < 0 {
+			f = 0
+		}
+		d[1+3*i] = int64(r)
+		d[2+3*i] = ceilMS(w)
+		d[3+3*i] = ceilMS(f)
 	}
-	waitUS = s + l.interval*l.cost - now - l.capacity()
-	if waitUS <= l.slack() {
-		waitUS = 0
-	}
-	fullUS = s - now
-	if fullUS < 0 {
-		fullUS = 0
-	}
-	return int64(r), waitUS, fullUS
-}
-
-// result is one bucket's answer to one request.
-type result struct {
-	remaining int64 // whole tokens left after this request (before it, if denied)
-	waitMS    int64 // ms until a request of this cost fits; 0 when it fits now
-	fullMS    int64 // ms until the bucket is full again
+	return ok
 }
 
 // ceilMS converts µs to whole milliseconds, rounding up; the nanosecond
 // taken off absorbs float rounding (1e6/3 µs times 3 is 1000 ms, not 1001).
 func ceilMS(us float64) int64 { return int64(math.Ceil((us - 1e-3) / 1000)) }
-
-// takeAll is the all-or-nothing decision over several buckets at instant now
-// (µs since epochUS): tats[i] is bucket i's stored TAT (0 when missing). When
-// every bucket fits, each is charged and tats is updated in place; otherwise
-// nothing is charged (a TAT clamped because the clock ran backwards is
-// still stored clamped). out receives one result per bucket. It is the Go twin of
-// bucketScript and must stay in step with it.
-func takeAll(lims []limit, tats []float64, now float64, out []result) bool {
-	ok := true
-	for i := range lims {
-		if !lims[i].fits(lims[i].start(tats[i], now), now) {
-			ok = false
-		}
-	}
-	for i := range lims {
-		l := lims[i]
-		s := l.start(tats[i], now)
-		if ok {
-			s += l.interval * l.cost
-			tats[i] = s
-		} else if s < tats[i] {
-			tats[i] = s // persist the clamp of a clock that ran backwards
-		}
-		r, w, f := l.status(s, now)
-		out[i] = result{remaining: r, waitMS: ceilMS(w), fullMS: ceilMS(f)}
-	}
-	return ok
-}
 
 // bucketScript is takeAll in Lua, run atomically by Redis.
 //

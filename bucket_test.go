@@ -16,15 +16,15 @@ func walk(t *testing.T, l limit, steps []step) {
 	t.Helper()
 	const t0 = 1e12 // µs since epochUS, an arbitrary instant
 	tats := []float64{0}
-	out := make([]result, 1)
+	d := make([]int64, decisionLen(1))
 	for i, s := range steps {
-		ok := takeAll([]limit{l}, tats, t0+s.at*1e6, out)
-		if ok != s.ok {
-			t.Fatalf("step %d (t=%gs): allowed = %t, want %t", i, s.at, ok, s.ok)
+		ok := takeAll([]limit{l}, tats, t0+s.at*1e6, d)
+		if ok != s.ok || (d[0] == 1) != ok {
+			t.Fatalf("step %d (t=%gs): allowed = %t (d[0] = %d), want %t", i, s.at, ok, d[0], s.ok)
 		}
-		if out[0].remaining != s.remaining || out[0].waitMS != s.waitMS || out[0].fullMS != s.fullMS {
+		if d[1] != s.remaining || d[2] != s.waitMS || d[3] != s.fullMS {
 			t.Fatalf("step %d (t=%gs): got r=%d wait=%dms full=%dms, want r=%d wait=%dms full=%dms",
-				i, s.at, out[0].remaining, out[0].waitMS, out[0].fullMS, s.remaining, s.waitMS, s.fullMS)
+				i, s.at, d[1], d[2], d[3], s.remaining, s.waitMS, s.fullMS)
 		}
 	}
 }
@@ -126,19 +126,19 @@ func TestTakeAllIsAllOrNothing(t *testing.T) {
 	narrow := limit{interval: 1e6, burst: 1, cost: 1}
 	lims := []limit{wide, narrow}
 	tats := []float64{0, 0}
-	out := make([]result, 2)
-	if !takeAll(lims, tats, 1e12, out) {
+	d := make([]int64, decisionLen(2))
+	if !takeAll(lims, tats, 1e12, d) {
 		t.Fatal("step 0: allowed = false, want true")
 	}
 	before := tats[0]
-	if takeAll(lims, tats, 1e12, out) {
+	if takeAll(lims, tats, 1e12, d) {
 		t.Fatal("step 1: allowed = true, want false (narrow is empty)")
 	}
 	if tats[0] != before {
 		t.Fatalf("step 1: the wide bucket was charged for a refused request (TAT %v -> %v)", before, tats[0])
 	}
-	if out[0].waitMS != 0 || out[1].waitMS != 1000 || out[0].remaining != 9 {
-		t.Fatalf("step 1: results %+v, want wide r=9 t=0 and narrow waiting 1000ms", out)
+	if d[0] != 0 || d[1] != 9 || d[2] != 0 || d[5] != 1000 {
+		t.Fatalf("step 1: decision %v, want refused, wide r=9 t=0, narrow waiting 1000ms", d)
 	}
 }
 

@@ -75,24 +75,25 @@ func newLocalBuckets(max int) *localBuckets {
 }
 
 // take is takeAll over the local buckets keys[i] with shapes lims[i]: all
-// charged or none. out receives one result per bucket.
-func (lb *localBuckets) take(keys []string, lims []limit, out []result) bool {
+// charged or none; d receives the decision.
+func (lb *localBuckets) take(keys []string, lims []limit, d []int64) bool {
 	now := float64(lb.now().UnixMicro() - epochUS)
 	tats := make([]float64, len(keys))
 	lb.mu.Lock()
-	defer lb.mu.Unlock()
 	for i, k := range keys {
 		tats[i] = lb.tats[k]
 	}
-	ok := takeAll(lims, tats, now, out)
-	if ok {
-		for i, k := range keys {
-			if _, present := lb.tats[k]; !present && len(lb.tats) >= lb.max {
-				lb.evict(now)
-			}
-			lb.tats[k] = tats[i]
+	ok := takeAll(lims, tats, now, d)
+	for i, k := range keys {
+		if tats[i] == lb.tats[k] {
+			continue // refused and not clamped: unchanged
 		}
+		if _, present := lb.tats[k]; !present && len(lb.tats) >= lb.max {
+			lb.evict(now)
+		}
+		lb.tats[k] = tats[i]
 	}
+	lb.mu.Unlock()
 	return ok
 }
 

@@ -43,9 +43,9 @@ func TestLocalBucketsAreBounded(t *testing.T) {
 	now := time.Unix(1800000000, 0)
 	lb.now = func() time.Time { return now }
 	lim := []limit{{interval: 1e6, burst: 5, cost: 1}}
-	out := make([]result, 1)
+	d := make([]int64, decisionLen(1))
 	for i := 0; i < 1000; i++ {
-		if !lb.take([]string{fmt.Sprint("client", i)}, lim, out) {
+		if !lb.take([]string{fmt.Sprint("client", i)}, lim, d) {
 			t.Fatalf("client %d: first request refused", i)
 		}
 		if lb.size() > 100 {
@@ -59,19 +59,19 @@ func TestLocalBucketsEvictFullBucketsFirst(t *testing.T) {
 	now := time.Unix(1800000000, 0)
 	lb.now = func() time.Time { return now }
 	lim := []limit{{interval: 1e6, burst: 5, cost: 1}}
-	out := make([]result, 1)
+	d := make([]int64, decisionLen(1))
 	for i := 0; i < 99; i++ {
-		lb.take([]string{fmt.Sprint("client", i)}, lim, out) // full again after 1s
+		lb.take([]string{fmt.Sprint("client", i)}, lim, d) // full again after 1s
 	}
 	for i := 0; i < 5; i++ {
-		lb.take([]string{"runaway"}, lim, out) // full again after 5s
+		lb.take([]string{"runaway"}, lim, d) // full again after 5s
 	}
 	now = now.Add(2 * time.Second)
 	for i := 0; i < 50; i++ {
-		lb.take([]string{fmt.Sprint("late", i)}, lim, out) // the first one evicts
+		lb.take([]string{fmt.Sprint("late", i)}, lim, d) // the first one evicts
 	}
-	if lb.take([]string{"runaway"}, lim, out); out[0].remaining != 1 {
-		t.Fatalf("runaway 2s after emptying its bucket: r=%d, want 1 (evicted while not full?)", out[0].remaining)
+	if lb.take([]string{"runaway"}, lim, d); d[1] != 1 {
+		t.Fatalf("runaway 2s after emptying its bucket: r=%d, want 1 (evicted while not full?)", d[1])
 	}
 }
 
@@ -80,15 +80,15 @@ func TestLocalBucketsUseThePodClock(t *testing.T) {
 	now := time.Unix(1800000000, 0)
 	lb.now = func() time.Time { return now }
 	lim := []limit{{interval: 1e6, burst: 1, cost: 1}}
-	out := make([]result, 1)
-	if !lb.take([]string{"k"}, lim, out) {
+	d := make([]int64, decisionLen(1))
+	if !lb.take([]string{"k"}, lim, d) {
 		t.Fatal("step 0: allowed = false, want true")
 	}
-	if lb.take([]string{"k"}, lim, out) {
+	if lb.take([]string{"k"}, lim, d) {
 		t.Fatal("step 1: allowed = true, want false")
 	}
 	now = now.Add(time.Second)
-	if !lb.take([]string{"k"}, lim, out) {
+	if !lb.take([]string{"k"}, lim, d) {
 		t.Fatal("step 2 (1s later): allowed = false, want true")
 	}
 }

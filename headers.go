@@ -40,35 +40,39 @@ func ceilSecs(ms int64) int64 {
 	return (ms + 999) / 1000
 }
 
-// setHeaders writes the rate-limit headers of one decision.
-func setHeaders(h http.Header, mode int, set *policySet, res []result) {
+// setHeaders writes the rate-limit headers of decision d (see takeAll). The
+// common case, IETF headers for one policy, is all it does itself.
+func setHeaders(h http.Header, mode int, set *policySet, d []int64) {
+	if mode == headersIETF && len(set.ps) == 1 {
+		h.Set("RateLimit-Policy", set.policyHeader)
+		h.Set("RateLimit", set.quoted[0]+";r="+strconv.FormatInt(d[1], 10)+";t="+strconv.FormatInt((d[2]+999)/1000, 10))
+		return
+	}
+	setAllHeaders(h, mode, set, d)
+}
+
+// setAllHeaders is setHeaders for any mode and number of policies.
+func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
 	if mode&headersIETF != 0 {
 		h.Set("RateLimit-Policy", set.policyHeader)
-		b := make([]byte, 0, 32*len(res))
-		for i := range res {
-			if i > 0 {
-				b = append(b, ", "...)
-			}
-			b = append(b, set.quoted[i]...)
-			b = append(b, ";r="...)
-			b = strconv.AppendInt(b, res[i].remaining, 10)
-			b = append(b, ";t="...)
-			b = strconv.AppendInt(b, ceilSecs(res[i].waitMS), 10)
+		items := make([]string, len(set.ps))
+		for i := range items {
+			items[i] = set.quoted[i] + ";r=" + strconv.FormatInt(d[1+3*i], 10) + ";t=" + strconv.FormatInt(ceilSecs(d[2+3*i]), 10)
 		}
-		h.Set("RateLimit", string(b))
+		h.Set("RateLimit", strings.Join(items, ", "))
 	}
 	if mode&headersLegacy != 0 {
 		// The legacy trio describes one policy: the one with the fewest
 		// tokens left (on a refusal, the longest wait).
 		j := 0
-		for i := range res {
-			if res[i].waitMS > res[j].waitMS || (res[i].waitMS == res[j].waitMS && res[i].remaining < res[j].remaining) {
+		for i := 1; i < len(set.ps); i++ {
+			if d[2+3*i] > d[2+3*j] || (d[2+3*i] == d[2+3*j] && d[1+3*i] < d[1+3*j]) {
 				j = i
 			}
 		}
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(set.ps[j].average, 10))
-		h.Set("X-RateLimit-Remaining", strconv.FormatInt(res[j].remaining, 10))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilSecs(res[j].fullMS), 10))
+		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d[1+3*j], 10))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilSecs(d[3+3*j]), 10))
 	}
 }
 
@@ -107,18 +111,23 @@ func writeProblem(rw http.ResponseWriter, status int, typ, title, detail string,
 	_, _ = rw.Write(b)
 }
 
-// writeQuotaExceeded answers 429 for the policies whose wait is not zero.
-func writeQuotaExceeded(rw http.ResponseWriter, set *policySet, res []result) {
-	var names []string
-	var wait int64
-	for i := range res {
-		if res[i].waitMS > 0 {
-			names = append(names, set.ps[i].name)
-			if res[i].waitMS > wait {
-				wait = res[i].waitMS
+// violated returns the policies of a refusal (those with a wait) and the
+// longest wait, ms.
+func violated(set *policySet, d []int64) (names []string, waitMS int64) {
+	for i, p := range set.ps {
+		if w := d[2+3*i]; w > 0 {
+			names = append(names, p.name)
+			if w > waitMS {
+				waitMS = w
 			}
 		}
 	}
+	return names, waitMS
+}
+
+// writeQuotaExceeded answers 429 for the policies whose wait is not zero.
+func writeQuotaExceeded(rw http.ResponseWriter, set *policySet, d []int64) {
+	names, wait := violated(set, d)
 	retry := ceilSecs(wait)
 	if retry < 1 {
 		retry = 1

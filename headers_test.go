@@ -67,24 +67,24 @@ func TestHeadersGolden(t *testing.T) {
 		desc, file string
 		mode       int
 		allowed    bool
-		res        []result
+		d          []int64
 	}{
 		{desc: "allowed, ietf", file: "allowed-ietf.txt", mode: headersIETF, allowed: true,
-			res: []result{{remaining: 17, waitMS: 0, fullMS: 1800}, {remaining: 4, waitMS: 0, fullMS: 12000}}},
+			d: []int64{1, 17, 0, 1800, 4, 0, 12000}},
 		{desc: "allowed, legacy", file: "allowed-legacy.txt", mode: headersLegacy, allowed: true,
-			res: []result{{remaining: 17, waitMS: 0, fullMS: 1800}, {remaining: 4, waitMS: 0, fullMS: 12000}}},
+			d: []int64{1, 17, 0, 1800, 4, 0, 12000}},
 		{desc: "refused by login, both", file: "refused-both.txt", mode: headersIETF | headersLegacy,
-			res: []result{{remaining: 16, waitMS: 0, fullMS: 2400}, {remaining: 0, waitMS: 11001, fullMS: 60000}}},
+			d: []int64{0, 16, 0, 2400, 0, 11001, 60000}},
 		{desc: "refused, no headers", file: "refused-none.txt", mode: 0,
-			res: []result{{remaining: 0, waitMS: 400, fullMS: 12000}, {remaining: 3, waitMS: 0, fullMS: 24000}}},
+			d: []int64{0, 0, 400, 12000, 3, 0, 24000}},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			setHeaders(rec.Header(), tc.mode, set, tc.res)
+			setHeaders(rec.Header(), tc.mode, set, tc.d)
 			if tc.allowed {
 				rec.WriteHeader(http.StatusOK)
 			} else {
-				writeQuotaExceeded(rec, set, tc.res)
+				writeQuotaExceeded(rec, set, tc.d)
 			}
 			golden(t, tc.file, dump(rec))
 		})
@@ -99,7 +99,7 @@ func TestHeadersGolden(t *testing.T) {
 func TestRetryAfterIsAtLeastOneSecond(t *testing.T) {
 	set := testSet(t)
 	rec := httptest.NewRecorder()
-	writeQuotaExceeded(rec, set, []result{{waitMS: 1}, {}})
+	writeQuotaExceeded(rec, set, []int64{0, 0, 1, 0, 0, 0, 0})
 	if got := rec.Header().Get("Retry-After"); got != "1" {
 		t.Fatalf("Retry-After = %q for a 1 ms wait, want 1", got)
 	}

@@ -16,7 +16,6 @@ package tollgate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -44,6 +43,7 @@ type policySet struct {
 	lims         []limit  // shared bucket shapes
 	locals       []limit  // fallback bucket shapes
 	quoted       []string // `"name"` of each policy
+	decisionLen  int      // len of a decision over ps
 	cmd          *command
 	policyHeader string
 	failClosed   bool // some policy fails closed
@@ -69,7 +69,7 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 }
 
 func newPolicySet(ps []*policy) *policySet {
-	s := &policySet{ps: ps, policyHeader: policyHeader(ps)}
+	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps))}
 	for _, p := range ps {
 		s.lims = append(s.lims, p.lim)
 		s.locals = append(s.locals, p.local)
@@ -131,74 +131,79 @@ func (p *policy) matches(req *http.Request) bool {
 
 // ServeHTTP charges the request to its buckets, sets the headers, and either
 // calls next with the original ResponseWriter or refuses.
+//
+// This is the hot path, written for the interpreter: under Yaegi a call
+// allocates a frame with room for every value its function holds, taken
+// branches or not, so the functions on this path are small and the cold
+// paths (fallback, refusals, NOSCRIPT, errors, legacy headers) live in
+// functions of their own.
 func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
-	set := t.policiesFor(req)
+	set := t.top
+	if len(t.set.rules) > 0 {
+		set = t.policiesFor(req)
+	}
 	if set == nil {
 		t.next.ServeHTTP(rw, req)
 		return
 	}
-	key := clientKey(t.set.class, t.set.source.identity(req))
-	res := make([]result, len(set.ps))
-	allowed, err := t.decide(set, key, res)
-	if err != nil {
-		// Redis unavailable and a policy fails closed.
-		if t.set.headers&headersIETF != 0 {
-			rw.Header().Set("RateLimit-Policy", set.policyHeader)
-		}
-		writeUnavailable(rw, set, ceilSecs(t.be.breaker.interval/1e6))
+	d := make([]int64, set.decisionLen)
+	if !t.decide(set, clientKey(t.set.class, t.set.source.identity(req)), d) {
+		t.refuseUnavailable(rw, set)
 		return
 	}
-	setHeaders(rw.Header(), t.set.headers, set, res)
-	if !allowed {
-		writeQuotaExceeded(rw, set, res)
+	if t.set.headers != 0 {
+		setHeaders(rw.Header(), t.set.headers, set, d)
+	}
+	if d[0] != 1 {
+		writeQuotaExceeded(rw, set, d)
 		return
 	}
 	t.next.ServeHTTP(rw, req)
 }
 
-// errFailClosed reports that Redis is unavailable for a policy that fails
+// refuseUnavailable answers 503 when Redis is unavailable and a policy fails
 // closed.
-var errFailClosed = errors.New("tollgate: redis unavailable and failure mode is closed")
+func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
+	if t.set.headers&headersIETF != 0 {
+		rw.Header().Set("RateLimit-Policy", set.policyHeader)
+	}
+	writeUnavailable(rw, set, ceilSecs(t.be.breaker.interval/1e6))
+}
 
-// decide charges the request's buckets: in Redis, or, when Redis is
-// unavailable, in the local fallback (failure policy: see fallback.go).
-func (t *Tollgate) decide(set *policySet, key string, res []result) (bool, error) {
-	out := make([]int64, 1+3*len(res))
-	if err := t.be.check(set.cmd, key, out); err == nil {
-		if allowed, ok := decodeReply(out, res); ok {
-			return allowed, nil
+// decide charges the request's buckets into decision d: in Redis, or, when
+// Redis is unavailable, in the local fallback (failure policy: see
+// fallback.go). It returns false when Redis is unavailable and a policy
+// fails closed.
+func (t *Tollgate) decide(set *policySet, key string, d []int64) bool {
+	if t.be.check(set.cmd, key, d) == nil && (d[0] == 1 || namesWait(d)) {
+		return true
+	}
+	return t.fallback(set, key, d)
+}
+
+// namesWait reports whether a refusal names a wait. One that does not is a
+// reply no correct script produces, and is treated as a failure.
+func namesWait(d []int64) bool {
+	for i := 2; i < len(d); i += 3 {
+		if d[i] > 0 {
+			return true
 		}
 	}
+	return false
+}
+
+// fallback decides without Redis: 503 (false) when a policy fails closed,
+// else the local buckets decide.
+func (t *Tollgate) fallback(set *policySet, key string, d []int64) bool {
 	if set.failClosed {
 		atomic.AddInt64(&t.be.closed, 1)
-		return false, errFailClosed
+		return false
 	}
 	atomic.AddInt64(&t.be.fallbacks, 1)
 	keys := make([]string, len(set.ps))
 	for i, p := range set.ps {
 		keys[i] = key + p.keySuffix
 	}
-	return t.local.take(keys, set.locals, res), nil
-}
-
-// decodeReply checks and converts the script's reply; ok is false for a
-// reply no correct script produces (it is then treated as a failure).
-func decodeReply(out []int64, res []result) (allowed, ok bool) {
-	if out[0] != 0 && out[0] != 1 {
-		return false, false
-	}
-	allowed = out[0] == 1
-	waiting := false
-	for i := range res {
-		r := result{remaining: out[1+3*i], waitMS: out[2+3*i], fullMS: out[3+3*i]}
-		if r.remaining < 0 || r.waitMS < 0 || r.fullMS < 0 {
-			return false, false
-		}
-		waiting = waiting || r.waitMS > 0
-		res[i] = r
-	}
-	if !allowed && !waiting {
-		return false, false
-	}
-	return allowed, true
+	t.local.take(keys, set.locals, d)
+	return true
 }

@@ -68,7 +68,7 @@ type rconn struct {
 	nc   net.Conn
 	br   *bufio.Reader
 	buf  []byte
-	used time.Time
+	used int64 // Unix ns of the last use
 }
 
 func newRedisClient(set redisSettings) (*redisClient, error) {
@@ -112,13 +112,13 @@ func tlsConfig(set redisSettings) (*tls.Config, error) {
 // poolPoll is how often a check waiting for a busy pool looks again.
 const poolPoll = 100 * time.Microsecond
 
-// get returns an idle connection or dials one; fresh reports a new dial.
-// When poolSize connections are busy it waits for one, polling (no channel,
-// no select: see STYLE.md), until deadline, then fails with
-// errPoolExhausted.
-func (c *redisClient) get(now, deadline time.Time) (cn *rconn, fresh bool, err error) {
+// get is the slow path of taking a connection: an idle one not yet expired,
+// or a new dial; fresh reports a new dial. When poolSize connections are
+// busy it waits for one, polling (no channel, no select: see STYLE.md),
+// until deadline, then fails with errPoolExhausted.
+func (c *redisClient) get(deadline time.Time) (cn *rconn, fresh bool, err error) {
 	for {
-		cn, fresh, err = c.tryGet(now, deadline)
+		cn, fresh, err = c.tryGet(deadline)
 		if err != errPoolExhausted {
 			return cn, fresh, err
 		}
@@ -134,13 +134,14 @@ func (c *redisClient) get(now, deadline time.Time) (cn *rconn, fresh bool, err e
 }
 
 // tryGet is get without waiting.
-func (c *redisClient) tryGet(now, deadline time.Time) (cn *rconn, fresh bool, err error) {
+func (c *redisClient) tryGet(deadline time.Time) (cn *rconn, fresh bool, err error) {
+	now := c.now().UnixNano()
 	c.mu.Lock()
 	for len(c.idle) > 0 {
 		cn = c.idle[len(c.idle)-1]
 		c.idle[len(c.idle)-1] = nil
 		c.idle = c.idle[:len(c.idle)-1]
-		if now.Sub(cn.used) < idleTimeout {
+		if now-cn.used < int64(idleTimeout) {
 			c.mu.Unlock()
 			return cn, false, nil
 		}
@@ -162,14 +163,6 @@ func (c *redisClient) tryGet(now, deadline time.Time) (cn *rconn, fresh bool, er
 		return nil, false, err
 	}
 	return cn, true, nil
-}
-
-// put returns a healthy connection to the pool.
-func (c *redisClient) put(cn *rconn, now time.Time) {
-	cn.used = now
-	c.mu.Lock()
-	c.idle = append(c.idle, cn)
-	c.mu.Unlock()
 }
 
 // discard closes a connection that failed.
@@ -242,14 +235,14 @@ func (c *redisClient) dial(deadline time.Time) (*rconn, error) {
 }
 
 // command is the prepared EVALSHA (and EVAL) of one set of policies: only the
-// client's key changes between requests.
+// client's key changes between requests, so a call is written as
+// head, key, mid[0], key, ..., tail.
 type command struct {
-	n        int      // number of buckets (keys)
-	evalsha  []byte   // "*N $7 EVALSHA $40 <sha> $len <n>"
-	eval     []byte   // the same with EVAL and the script
-	keyHeads [][]byte // "$<len>\r\n" of each key
-	keyTails [][]byte // "<suffix>\r\n" of each key
-	args     []byte   // interval, burst, cost of every bucket
+	shaHead   []byte   // "*N $7 EVALSHA $40 <sha> $len <n>" and the first key's "$len"
+	evalHead  []byte   // the same with EVAL and the script
+	mid       [][]byte // key i's suffix and key i+1's "$len"
+	tail      []byte   // the last key's suffix, then interval, burst, cost of every bucket
+	arrayHead []byte   // the reply's first line: "*<decisionLen>"
 }
 
 // bulk appends a RESP bulk string.
@@ -265,66 +258,125 @@ func bulk(b []byte, s string) []byte {
 // client key (fixed length keyLen) plus each policy's keySuffix.
 func newCommand(ps []*policy, keyLen int) *command {
 	n := len(ps)
+	keyHead := func(p *policy) []byte {
+		h := []byte("$")
+		h = strconv.AppendInt(h, int64(keyLen+len(p.keySuffix)), 10)
+		return append(h, "\r\n"...)
+	}
 	head := func(verb, body string) []byte {
 		b := []byte("*")
 		b = strconv.AppendInt(b, int64(3+4*n), 10)
 		b = append(b, "\r\n"...)
 		b = bulk(b, verb)
 		b = bulk(b, body)
-		return bulk(b, strconv.Itoa(n))
+		b = bulk(b, strconv.Itoa(n))
+		return append(b, keyHead(ps[0])...)
 	}
-	cmd := &command{n: n, evalsha: head("EVALSHA", bucketSHA), eval: head("EVAL", bucketScript)}
+	cmd := &command{shaHead: head("EVALSHA", bucketSHA), evalHead: head("EVAL", bucketScript)}
+	for i := 1; i < n; i++ {
+		m := append([]byte(ps[i-1].keySuffix+"\r\n"), keyHead(ps[i])...)
+		cmd.mid = append(cmd.mid, m)
+	}
+	cmd.tail = []byte(ps[n-1].keySuffix + "\r\n")
 	for _, p := range ps {
-		h := []byte("$")
-		h = strconv.AppendInt(h, int64(keyLen+len(p.keySuffix)), 10)
-		cmd.keyHeads = append(cmd.keyHeads, append(h, "\r\n"...))
-		cmd.keyTails = append(cmd.keyTails, []byte(p.keySuffix+"\r\n"))
-		cmd.args = bulk(cmd.args, strconv.FormatFloat(p.lim.interval, 'g', -1, 64))
-		cmd.args = bulk(cmd.args, strconv.FormatFloat(p.lim.burst, 'g', -1, 64))
-		cmd.args = bulk(cmd.args, strconv.FormatFloat(p.lim.cost, 'g', -1, 64))
+		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.lim.interval, 'g', -1, 64))
+		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.lim.burst, 'g', -1, 64))
+		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.lim.cost, 'g', -1, 64))
 	}
+	cmd.arrayHead = []byte("*" + strconv.Itoa(decisionLen(n)) + "\r\n")
 	return cmd
 }
 
-// appendCall appends the call of head (evalsha or eval) for the client key.
+// appendCall appends the call that starts with head (shaHead or evalHead)
+// for the client key.
 func (cmd *command) appendCall(b, head []byte, key string) []byte {
 	b = append(b, head...)
-	for i := 0; i < cmd.n; i++ {
-		b = append(b, cmd.keyHeads[i]...)
+	b = append(b, key...)
+	for _, m := range cmd.mid {
+		b = append(b, m...)
 		b = append(b, key...)
-		b = append(b, cmd.keyTails[i]...)
 	}
-	return append(b, cmd.args...)
+	return append(b, cmd.tail...)
 }
 
 var noscript = []byte("-NOSCRIPT")
 
-// check runs the bucket script for the client key and stores its reply,
-// 1+3n integers, in out. It gives up at the client's timeout. A connection
-// taken from the pool that turns out dead (Redis restarted) is replaced by
-// one fresh dial within the same budget, after closing its idle siblings.
-func (c *redisClient) check(cmd *command, key string, out []int64) error {
-	now := c.now()
+// check runs the bucket script for the client key and stores the decision
+// in d. It gives up at now + timeout. The common case (an idle connection,
+// one exchange) is all it does itself; the rest is checkSlow.
+func (c *redisClient) check(cmd *command, key string, d []int64, now time.Time) error {
+	var cn *rconn
+	c.mu.Lock()
+	if n := len(c.idle); n > 0 {
+		cn = c.idle[n-1]
+		c.idle = c.idle[:n-1]
+	}
+	c.mu.Unlock()
+	ns := now.UnixNano()
+	if cn == nil || ns-cn.used >= int64(idleTimeout) {
+		return c.checkSlow(cn, cmd, key, d, now)
+	}
+	if err := exchange(cn, cmd, key, d, now.Add(c.set.timeout)); err != nil {
+		return c.retry(cn, cmd, key, d, now, err)
+	}
+	cn.used = ns
+	c.mu.Lock()
+	c.idle = append(c.idle, cn)
+	c.mu.Unlock()
+	return nil
+}
+
+// checkSlow is check without an idle connection at hand: expired (closed
+// here) or none. It takes one from get (an idle one, a new dial, or a wait
+// for a busy pool), within the same budget.
+func (c *redisClient) checkSlow(expired *rconn, cmd *command, key string, d []int64, now time.Time) error {
+	if expired != nil {
+		c.discard(expired)
+	}
 	deadline := now.Add(c.set.timeout)
-	cn, fresh, err := c.get(now, deadline)
+	cn, fresh, err := c.get(deadline)
 	if err != nil {
 		return err
 	}
-	err = c.exchange(cn, cmd, key, out, deadline)
-	if err != nil && !fresh && isStale(err) {
-		c.discard(cn)
-		c.closeIdle()
-		if cn, _, err = c.get(now, deadline); err != nil {
+	if err = exchange(cn, cmd, key, d, deadline); err != nil {
+		if fresh {
+			c.discard(cn)
 			return err
 		}
-		err = c.exchange(cn, cmd, key, out, deadline)
+		return c.retry(cn, cmd, key, d, now, err)
 	}
-	if err != nil {
+	c.put(cn, now)
+	return nil
+}
+
+// retry handles a failed exchange on a pooled connection. When the server
+// had closed it (Redis restarted), its idle siblings are dead too: all are
+// closed and the check is tried once more on a fresh dial, within the same
+// budget. Any other error is returned.
+func (c *redisClient) retry(cn *rconn, cmd *command, key string, d []int64, now time.Time, err error) error {
+	c.discard(cn)
+	if !isStale(err) {
+		return err
+	}
+	c.closeIdle()
+	deadline := now.Add(c.set.timeout)
+	if cn, _, err = c.get(deadline); err != nil {
+		return err
+	}
+	if err = exchange(cn, cmd, key, d, deadline); err != nil {
 		c.discard(cn)
 		return err
 	}
 	c.put(cn, now)
 	return nil
+}
+
+// put returns a healthy connection to the pool.
+func (c *redisClient) put(cn *rconn, now time.Time) {
+	cn.used = now.UnixNano()
+	c.mu.Lock()
+	c.idle = append(c.idle, cn)
+	c.mu.Unlock()
 }
 
 // isStale reports an error of a connection the server closed: EOF, reset
@@ -337,14 +389,16 @@ func isStale(err error) bool {
 	return strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")
 }
 
-// exchange writes the EVALSHA (EVAL after NOSCRIPT) and reads the reply.
-// An error reply other than NOSCRIPT leaves the connection usable but is
-// reported as errBadReply-wrapped data (its text).
-func (c *redisClient) exchange(cn *rconn, cmd *command, key string, out []int64, deadline time.Time) error {
+// exchange writes the EVALSHA and reads the decision into d. Anything but
+// the expected array goes to unexpected (NOSCRIPT, errors). Any reply but an
+// array of len(d) non-negative integers with d[0] 0 or 1 is errBadReply;
+// the caller then drops the connection, whose stream may hold the rest of
+// the reply.
+func exchange(cn *rconn, cmd *command, key string, d []int64, deadline time.Time) error {
 	if err := cn.nc.SetDeadline(deadline); err != nil {
 		return err
 	}
-	cn.buf = cmd.appendCall(cn.buf[:0], cmd.evalsha, key)
+	cn.buf = cmd.appendCall(cn.buf[:0], cmd.shaHead, key)
 	if _, err := cn.nc.Write(cn.buf); err != nil {
 		return err
 	}
@@ -352,34 +406,38 @@ func (c *redisClient) exchange(cn *rconn, cmd *command, key string, out []int64,
 	if err != nil {
 		return err
 	}
+	if !bytes.Equal(line, cmd.arrayHead) {
+		return unexpected(cn, cmd, key, d, line)
+	}
+	return readDecision(cn.br, d)
+}
+
+// unexpected handles a reply to EVALSHA that is not the decision: NOSCRIPT
+// (the script cache was flushed by SCRIPT FLUSH, a restart or a failover:
+// EVAL runs the script and caches it again), or an error.
+func unexpected(cn *rconn, cmd *command, key string, d []int64, line []byte) error {
 	if bytes.HasPrefix(line, noscript) {
-		// The script cache was flushed (SCRIPT FLUSH, restart, failover):
-		// EVAL runs the script and caches it again.
-		cn.buf = cmd.appendCall(cn.buf[:0], cmd.eval, key)
+		cn.buf = cmd.appendCall(cn.buf[:0], cmd.evalHead, key)
 		if _, err := cn.nc.Write(cn.buf); err != nil {
 			return err
 		}
+		var err error
 		if line, err = cn.br.ReadSlice('\n'); err != nil {
 			return err
 		}
+		if bytes.Equal(line, cmd.arrayHead) {
+			return readDecision(cn.br, d)
+		}
 	}
-	return readInts(cn.br, line, out)
+	if len(line) > 0 && line[0] == '-' {
+		return fmt.Errorf("%w: %s", errBadReply, bytes.TrimSpace(line[1:]))
+	}
+	return errBadReply
 }
 
-// readInts parses an array reply of len(out) integers whose first line is
-// line, into out. Any other shape is errBadReply; the rest of a mis-shaped
-// reply is not drained, so the caller must drop the connection.
-func readInts(br *bufio.Reader, line []byte, out []int64) error {
-	if len(line) < 3 || line[0] != '*' {
-		if len(line) > 0 && line[0] == '-' {
-			return fmt.Errorf("%w: %s", errBadReply, bytes.TrimSpace(line[1:]))
-		}
-		return errBadReply
-	}
-	if n, err := strconv.Atoi(string(line[1 : len(line)-2])); err != nil || n != len(out) {
-		return errBadReply
-	}
-	for i := range out {
+// readDecision reads len(d) integer replies into d.
+func readDecision(br *bufio.Reader, d []int64) error {
+	for i := range d {
 		line, err := br.ReadSlice('\n')
 		if err != nil {
 			return err
@@ -387,11 +445,12 @@ func readInts(br *bufio.Reader, line []byte, out []int64) error {
 		if len(line) < 4 || line[0] != ':' {
 			return errBadReply
 		}
-		v, err := strconv.ParseInt(string(line[1:len(line)-2]), 10, 64)
-		if err != nil {
+		if d[i], err = strconv.ParseInt(string(line[1:len(line)-2]), 10, 64); err != nil || d[i] < 0 {
 			return errBadReply
 		}
-		out[i] = v
+	}
+	if d[0] > 1 {
+		return errBadReply
 	}
 	return nil
 }

@@ -80,32 +80,39 @@ type backend struct {
 	lastUsed int64 // Unix ns of the last check
 	lastLog  int64 // Unix ns of the last failure logged
 
-	// counters
-	checks    int64 // checks answered by Redis
+	// counters (Redis counts the checks it answers: INFO commandstats)
 	failures  int64 // checks that failed (error or timeout)
 	skipped   int64 // checks not sent because the breaker was open
 	fallbacks int64 // requests decided by the local fallback
 	closed    int64 // requests refused with 503 (failureMode closed)
 }
 
-// check asks Redis, through the breaker, and records the outcome.
-func (b *backend) check(cmd *command, key string, out []int64) error {
-	now := b.now().UnixNano()
-	atomic.StoreInt64(&b.lastUsed, now)
-	if !b.breaker.allow(now) {
+// check asks Redis, through the breaker, for decision d, and records the
+// outcome. The closed-breaker test is inlined; failures are handled by
+// failed (the hot path stays small, see Tollgate.ServeHTTP).
+func (b *backend) check(cmd *command, key string, d []int64) error {
+	now := b.now()
+	ns := now.UnixNano()
+	atomic.StoreInt64(&b.lastUsed, ns)
+	failures := atomic.LoadInt64(&b.breaker.failures)
+	if failures >= b.breaker.threshold && !b.breaker.allow(ns) {
 		atomic.AddInt64(&b.skipped, 1)
 		return errBreakerOpen
 	}
-	err := b.client.check(cmd, key, out)
-	if err == nil {
+	err := b.client.check(cmd, key, d, now)
+	if err != nil {
+		b.failed(ns, err)
+	} else if failures != 0 {
 		b.breaker.success()
-		atomic.AddInt64(&b.checks, 1)
-		return nil
 	}
-	b.breaker.failure(now)
-	atomic.AddInt64(&b.failures, 1)
-	b.logFailure(now, err)
 	return err
+}
+
+// failed records a failed check.
+func (b *backend) failed(ns int64, err error) {
+	b.breaker.failure(ns)
+	atomic.AddInt64(&b.failures, 1)
+	b.logFailure(ns, err)
 }
 
 // logFailure logs one line at most once per probe interval, never once per
@@ -127,7 +134,6 @@ func (b *backend) logFailure(now int64, err error) {
 
 // backendStats are a backend's counters since the process started.
 type backendStats struct {
-	Checks    int64 // checks answered by Redis
 	Failures  int64 // checks that failed (error or timeout)
 	Skipped   int64 // checks not sent: breaker open
 	Fallbacks int64 // requests decided by the local fallback
@@ -141,7 +147,6 @@ func (b *backend) stats() backendStats {
 	open := b.client.open
 	b.client.mu.Unlock()
 	return backendStats{
-		Checks:    atomic.LoadInt64(&b.checks),
 		Failures:  atomic.LoadInt64(&b.failures),
 		Skipped:   atomic.LoadInt64(&b.skipped),
 		Fallbacks: atomic.LoadInt64(&b.fallbacks),
