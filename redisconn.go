@@ -389,11 +389,12 @@ func isStale(err error) bool {
 	return strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe")
 }
 
-// exchange writes the EVALSHA and reads the decision into d. Anything but
-// the expected array goes to unexpected (NOSCRIPT, errors). Any reply but an
-// array of len(d) non-negative integers with d[0] 0 or 1 is errBadReply;
-// the caller then drops the connection, whose stream may hold the rest of
-// the reply.
+// exchange writes the EVALSHA and reads the decision into d. A reply that
+// is not the decision's array goes to unexpected (NOSCRIPT, errors). Any
+// reply but an array of len(d) non-negative integers with d[0] 0 or 1 is
+// errBadReply; the caller then drops the connection, whose stream may hold
+// the rest of the reply. Written for the interpreter: one frame, the byte
+// work in compiled calls.
 func exchange(cn *rconn, cmd *command, key string, d []int64, deadline time.Time) error {
 	if err := cn.nc.SetDeadline(deadline); err != nil {
 		return err
@@ -403,43 +404,14 @@ func exchange(cn *rconn, cmd *command, key string, d []int64, deadline time.Time
 		return err
 	}
 	line, err := cn.br.ReadSlice('\n')
+	if err == nil && !bytes.Equal(line, cmd.arrayHead) {
+		line, err = unexpected(cn, cmd, key, line)
+	}
 	if err != nil {
 		return err
 	}
-	if !bytes.Equal(line, cmd.arrayHead) {
-		return unexpected(cn, cmd, key, d, line)
-	}
-	return readDecision(cn.br, d)
-}
-
-// unexpected handles a reply to EVALSHA that is not the decision: NOSCRIPT
-// (the script cache was flushed by SCRIPT FLUSH, a restart or a failover:
-// EVAL runs the script and caches it again), or an error.
-func unexpected(cn *rconn, cmd *command, key string, d []int64, line []byte) error {
-	if bytes.HasPrefix(line, noscript) {
-		cn.buf = cmd.appendCall(cn.buf[:0], cmd.evalHead, key)
-		if _, err := cn.nc.Write(cn.buf); err != nil {
-			return err
-		}
-		var err error
-		if line, err = cn.br.ReadSlice('\n'); err != nil {
-			return err
-		}
-		if bytes.Equal(line, cmd.arrayHead) {
-			return readDecision(cn.br, d)
-		}
-	}
-	if len(line) > 0 && line[0] == '-' {
-		return fmt.Errorf("%w: %s", errBadReply, bytes.TrimSpace(line[1:]))
-	}
-	return errBadReply
-}
-
-// readDecision reads len(d) integer replies into d.
-func readDecision(br *bufio.Reader, d []int64) error {
 	for i := range d {
-		line, err := br.ReadSlice('\n')
-		if err != nil {
+		if line, err = cn.br.ReadSlice('\n'); err != nil {
 			return err
 		}
 		if len(line) < 4 || line[0] != ':' {
@@ -453,4 +425,28 @@ func readDecision(br *bufio.Reader, d []int64) error {
 		return errBadReply
 	}
 	return nil
+}
+
+// unexpected handles a reply to EVALSHA that is not the decision's array:
+// after NOSCRIPT (the script cache was flushed by SCRIPT FLUSH, a restart or
+// a failover) EVAL runs the script and caches it again, and the array's
+// first line is returned; any other reply is an error.
+func unexpected(cn *rconn, cmd *command, key string, line []byte) ([]byte, error) {
+	if bytes.HasPrefix(line, noscript) {
+		cn.buf = cmd.appendCall(cn.buf[:0], cmd.evalHead, key)
+		if _, err := cn.nc.Write(cn.buf); err != nil {
+			return nil, err
+		}
+		var err error
+		if line, err = cn.br.ReadSlice('\n'); err != nil {
+			return nil, err
+		}
+		if bytes.Equal(line, cmd.arrayHead) {
+			return line, nil
+		}
+	}
+	if len(line) > 0 && line[0] == '-' {
+		return nil, fmt.Errorf("%w: %s", errBadReply, bytes.TrimSpace(line[1:]))
+	}
+	return nil, errBadReply
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-dev/tollgate"
 	"github.com/traefik/paerser/file"
 	"github.com/traefik/paerser/parser"
+	"gopkg.in/yaml.v3"
 )
 
 // dynamic is the part of Traefik's dynamic configuration a plugin sees.
@@ -178,4 +179,35 @@ func indent(s, prefix string) string {
 		lines[i] = prefix + lines[i]
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// TestManifestTestData builds the middleware from .traefik.yml's testData,
+// as the plugin catalog does, compiled and under Yaegi.
+func TestManifestTestData(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(RepoRoot(), ".traefik.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var manifest struct {
+		DisplayName string                 `yaml:"displayName"`
+		Type        string                 `yaml:"type"`
+		Import      string                 `yaml:"import"`
+		Summary     string                 `yaml:"summary"`
+		TestData    map[string]interface{} `yaml:"testData"`
+	}
+	if err := yaml.Unmarshal(b, &manifest); err != nil {
+		t.Fatal(err)
+	}
+	if manifest.Type != "middleware" || manifest.Import != ModuleName || manifest.DisplayName == "" || manifest.Summary == "" {
+		t.Fatalf("manifest: %+v", manifest)
+	}
+	y, err := NewYaegi(goPath, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []Factory{Compiled{}, y} {
+		if _, err := f.New(context.Background(), okHandler, manifest.TestData, "catalog@file"); err != nil {
+			t.Fatalf("%T: New(testData): %v", f, err)
+		}
+	}
 }

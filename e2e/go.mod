@@ -10,9 +10,7 @@ require (
 	github.com/tollgate-dev/tollgate v0.0.0-00010101000000-000000000000
 	github.com/traefik/paerser v0.2.2
 	github.com/traefik/yaegi v0.16.1
+	gopkg.in/yaml.v3 v3.0.1
 )
 
-require (
-	github.com/BurntSushi/toml v1.4.0 // indirect
-	gopkg.in/yaml.v3 v3.0.1 // indirect
-)
+require github.com/BurntSushi/toml v1.4.0 // indirect

@@ -1,0 +1,40 @@
+# Tollgate: the two commands a newcomer needs are `make demo` and `make test`.
+.PHONY: demo test check unit yaegi e2e bench vendor
+
+# A live demo: three replicas (each the plugin under its own Yaegi
+# interpreter, as Traefik loads it) sharing one redis-server; Redis is
+# killed and restarted midway. About 45 seconds.
+demo:
+	scripts/deps.sh
+	cd e2e && go run ./cmd/demo
+
+# Everything: static checks, unit tests compiled and under `yaegi test`, and
+# the scenario suite against real redis-servers, compiled and through the
+# Traefik-style Yaegi loader.
+test: check unit yaegi e2e
+
+check:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^vendor/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^vendor/'); echo "gofmt needed"; exit 1; }
+	go vet ./...
+	cd e2e && go vet ./...
+	scripts/vendor.sh --check
+	@! grep -qE 'github.com/traefik/(traefik|yaegi)' go.mod || { echo "the root go.mod must not require Traefik or Yaegi"; exit 1; }
+
+unit:
+	go test -count=1 ./...
+
+yaegi:
+	scripts/yaegi-test.sh
+
+e2e:
+	scripts/deps.sh
+	cd e2e && go test -count=1 ./...
+
+# Per-check latency, allocation and throughput, compiled and interpreted.
+bench:
+	scripts/deps.sh
+	cd e2e && go run ./cmd/bench
+
+# Re-create vendor/ from go.mod and re-apply patches/.
+vendor:
+	scripts/vendor.sh
