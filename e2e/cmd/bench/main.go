@@ -6,8 +6,10 @@
 //
 // It reports per-check p50/p99 latency, bytes allocated per check and
 // checks/s, and where the time goes: the loopback round trip (a compiled
-// PING), Redis's own time in the script (INFO commandstats), and the local
-// fallback path (no network) under the same loader.
+// PING), Redis's own time in the script (INFO commandstats), the local
+// fallback path (no network) under the same loader, and two interpreted
+// reference points (reference.go): redigo's Pool + Script.Do, and a bare
+// EVALSHA exchange with no plugin logic.
 package main
 
 import (
@@ -54,6 +56,14 @@ func sequential(h http.Handler, n int) figures {
 	for i := 0; i < 2000; i++ { // warm up: pool, script cache, interpreter
 		h.ServeHTTP(rw, req)
 	}
+	return measure(n, func() {
+		rw.h = http.Header{}
+		h.ServeHTTP(rw, req)
+	})
+}
+
+// measure times n calls of f one after another.
+func measure(n int, f func()) figures {
 	lat := make([]time.Duration, n)
 	runtime.GC()
 	var before, after runtime.MemStats
@@ -61,8 +71,7 @@ func sequential(h http.Handler, n int) figures {
 	start := time.Now()
 	for i := 0; i < n; i++ {
 		t0 := time.Now()
-		rw.h = http.Header{}
-		h.ServeHTTP(rw, req)
+		f()
 		lat[i] = time.Since(t0)
 	}
 	total := time.Since(start)
@@ -194,6 +203,20 @@ func main() {
 		}
 		f = sequential(fb, *n)
 		fmt.Printf("| %s | local fallback (breaker open) | %s | %s | %s | %.1f KB | %.0f |\n", k.name, us(f.p50), us(f.p99), us(f.mean), f.bytes/1024, f.perSec)
+	}
+	redigo, bare, err := references(dir, r.Addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, ref := range []struct {
+		name string
+		f    func() error
+	}{{"reference: redigo Pool + Script.Do", redigo}, {"reference: bare EVALSHA exchange", bare}} {
+		f, err := timeFunc(ref.f, *n)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("| yaegi | %s | %s | %s | %s | %.1f KB | %.0f |\n", ref.name, us(f.p50), us(f.p99), us(f.mean), f.bytes/1024, f.perSec)
 	}
 	fmt.Println()
 	fmt.Printf("Loopback round trip of a compiled PING (p50): %s\n", us(pingRTT(r.Addr, 5000)))
