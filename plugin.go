@@ -175,21 +175,10 @@ func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
 // fallback.go). It returns false when Redis is unavailable and a policy
 // fails closed.
 func (t *Tollgate) decide(set *policySet, key string, d []int64) bool {
-	if t.be.check(set.cmd, key, d) == nil && (d[0] == 1 || namesWait(d)) {
+	if t.be.check(set.cmd, key, d) == nil {
 		return true
 	}
 	return t.fallback(set, key, d)
-}
-
-// namesWait reports whether a refusal names a wait. One that does not is a
-// reply no correct script produces, and is treated as a failure.
-func namesWait(d []int64) bool {
-	for i := 2; i < len(d); i += 3 {
-		if d[i] > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // fallback decides without Redis: 503 (false) when a policy fails closed,

@@ -391,8 +391,8 @@ func isStale(err error) bool {
 
 // exchange writes the EVALSHA and reads the decision into d. A reply that
 // is not the decision's array goes to unexpected (NOSCRIPT, errors). Any
-// reply but an array of len(d) non-negative integers with d[0] 0 or 1 is
-// errBadReply; the caller then drops the connection, whose stream may hold
+// reply but an array of len(d) non-negative integers with d[0] 0 or 1 (and
+// a wait named when 0) is errBadReply; the caller then drops the connection, whose stream may hold
 // the rest of the reply. Written for the interpreter: one frame, the byte
 // work in compiled calls.
 func exchange(cn *rconn, cmd *command, key string, d []int64, deadline time.Time) error {
@@ -421,10 +421,21 @@ func exchange(cn *rconn, cmd *command, key string, d []int64, deadline time.Time
 			return errBadReply
 		}
 	}
-	if d[0] > 1 {
+	if d[0] > 1 || (d[0] == 0 && !namesWait(d)) {
 		return errBadReply
 	}
 	return nil
+}
+
+// namesWait reports whether a decision names a wait; a refusal that does
+// not is a reply no correct script produces.
+func namesWait(d []int64) bool {
+	for i := 2; i < len(d); i += 3 {
+		if d[i] > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // unexpected handles a reply to EVALSHA that is not the decision's array:

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -489,4 +490,71 @@ func TestConcurrentChecksGetTheirOwnReplies(t *testing.T) {
 			t.Fatalf("%d of 800 concurrent checks got a wrong answer", bad)
 		}
 	})
+}
+
+func TestKeysExpireWhenFullAndHideTheIdentity(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		// 1 token/s, burst 10; the rule 1 token/2s, burst 3.
+		h := e.handler(e.pod(), "api@file", e.opts("average", 60, "period", "1m", "burst", 10,
+			"rules", []interface{}{map[string]interface{}{"name": "search", "pathPrefix": "/search", "average": 30, "period": "1m", "burst": 3}}))
+		key := "sk_live_" + uniqueKey(t)
+		for i := 0; i < 3; i++ {
+			if c := do(h, "GET", "/search", key).Code; c != 200 {
+				t.Fatalf("request %d: %d", i, c)
+			}
+		}
+		keys, err := redisStrings(e.redis.Do("KEYS", "*"))
+		if err != nil || len(keys) != 2 {
+			t.Fatalf("KEYS * = %v (%v), want the client's two buckets", keys, err)
+		}
+		sort.Strings(keys)
+		top, rule := keys[0], keys[1]
+		if !strings.HasPrefix(top, "tollgate:{") || !strings.HasSuffix(top, "}") || rule != top+":search" {
+			t.Fatalf("keys %q, %q: want tollgate:{tag} and tollgate:{tag}:search (one hash slot)", top, rule)
+		}
+		if strings.Contains(top+rule, "sk_live") {
+			t.Fatalf("the API key appears in Redis: %q", keys)
+		}
+		// Each key expires when its bucket is full again: 3 tokens taken at
+		// 1/s and at 1/2s.
+		for _, k := range []struct {
+			key    string
+			lo, hi int64
+		}{{top, 2000, 3000}, {rule, 4000, 6000}} {
+			ttl, err := redisInt(e.redis.Do("PTTL", k.key))
+			if err != nil || ttl <= k.lo || ttl > k.hi {
+				t.Fatalf("PTTL %s = %d (%v), want in (%d, %d] ms", k.key, ttl, err, k.lo, k.hi)
+			}
+		}
+	})
+}
+
+func redisStrings(v interface{}, err error) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	vs, ok := v.([]interface{})
+	if !ok {
+		return nil, fmt.Errorf("not an array: %v", v)
+	}
+	var out []string
+	for _, x := range vs {
+		b, ok := x.([]byte)
+		if !ok {
+			return nil, fmt.Errorf("not a bulk string: %v", x)
+		}
+		out = append(out, string(b))
+	}
+	return out, nil
+}
+
+func redisInt(v interface{}, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("not an integer: %v", v)
+	}
+	return n, nil
 }

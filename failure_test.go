@@ -1,0 +1,207 @@
+package tollgate
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// fakeRedis answers every EVALSHA/EVAL with reply, and CLIENT SETNAME with
+// +OK. An in-process fake, for unit tests of reply handling only: the
+// behaviour against Redis itself is tested against real redis-servers in e2e.
+type fakeRedis struct {
+	l     net.Listener
+	reply string
+	evals int64
+}
+
+func startFake(t *testing.T, reply string) *fakeRedis {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeRedis{l: l, reply: reply}
+	t.Cleanup(func() { l.Close() })
+	go f.serve()
+	return f
+}
+
+func (f *fakeRedis) serve() {
+	for {
+		c, err := f.l.Accept()
+		if err != nil {
+			return
+		}
+		go f.conn(c)
+	}
+}
+
+func (f *fakeRedis) conn(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		args, err := readCommand(br)
+		if err != nil {
+			return
+		}
+		reply := "+OK\r\n"
+		if args[0] == "EVALSHA" || args[0] == "EVAL" {
+			atomic.AddInt64(&f.evals, 1)
+			reply = f.reply
+		}
+		if _, err := c.Write([]byte(reply)); err != nil {
+			return
+		}
+	}
+}
+
+// readCommand reads one RESP array of bulk strings.
+func readCommand(br *bufio.Reader) ([]string, error) {
+	line, err := br.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "*")))
+	if err != nil {
+		return nil, err
+	}
+	args := make([]string, n)
+	for i := range args {
+		if line, err = br.ReadString('\n'); err != nil {
+			return nil, err
+		}
+		size, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "$")))
+		if err != nil {
+			return nil, err
+		}
+		b := make([]byte, size+2)
+		if _, err := readFull(br, b); err != nil {
+			return nil, err
+		}
+		args[i] = string(b[:size])
+	}
+	return args, nil
+}
+
+func readFull(br *bufio.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := br.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// handlerOn builds a middleware on addr. Each call uses its own probe
+// interval so that it gets a backend (and breaker) of its own.
+var probeSeq int64
+
+func handlerOn(t *testing.T, addr string, mutate func(*Config)) *Tollgate {
+	t.Helper()
+	cfg := CreateConfig()
+	cfg.Average, cfg.Period, cfg.Burst = 60, "1m", 5
+	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
+	cfg.Redis.Endpoints = []string{addr}
+	cfg.Redis.Timeout = "500ms"
+	cfg.Redis.ProbeInterval = fmt.Sprintf("%dh", 100+atomic.AddInt64(&probeSeq, 1))
+	if mutate != nil {
+		mutate(cfg)
+	}
+	h, err := New(nil, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(200) }), cfg, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.(*Tollgate)
+}
+
+func serve(h http.Handler, key string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("GET", "/", nil)
+	req.Header.Set("X-API-Key", key)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestRepliesAreChecked(t *testing.T) {
+	for _, tc := range []struct {
+		desc, reply string
+		status      int
+		remaining   string // the RateLimit r the client sees
+		fallback    bool
+	}{
+		{desc: "a good reply is used", reply: "*4\r\n:1\r\n:3\r\n:0\r\n:2000\r\n", status: 200, remaining: "r=3;"},
+		{desc: "a refusal with a wait", reply: "*4\r\n:0\r\n:0\r\n:1500\r\n:5000\r\n", status: 429, remaining: "r=0;t=2"},
+		{desc: "a refusal without a wait is not believed", reply: "*4\r\n:0\r\n:0\r\n:0\r\n:5000\r\n", status: 200, fallback: true},
+		{desc: "a negative number", reply: "*4\r\n:1\r\n:-3\r\n:0\r\n:2000\r\n", status: 200, fallback: true},
+		{desc: "allowed flag out of range", reply: "*4\r\n:7\r\n:3\r\n:0\r\n:2000\r\n", status: 200, fallback: true},
+		{desc: "too few elements", reply: "*2\r\n:1\r\n:3\r\n", status: 200, fallback: true},
+		{desc: "a string where a number belongs", reply: "*4\r\n:1\r\n$1\r\n3\r\n:0\r\n:2000\r\n", status: 200, fallback: true},
+		{desc: "an error reply", reply: "-ERR something broke\r\n", status: 200, fallback: true},
+		{desc: "a simple string", reply: "+OK\r\n", status: 200, fallback: true},
+		{desc: "not a number", reply: "*4\r\n:1\r\n:x\r\n:0\r\n:2000\r\n", status: 200, fallback: true},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			f := startFake(t, tc.reply)
+			h := handlerOn(t, f.l.Addr().String(), nil)
+			rec := serve(h, t.Name())
+			if rec.Code != tc.status {
+				t.Fatalf("status %d, want %d", rec.Code, tc.status)
+			}
+			st := h.be.stats()
+			if got := st.Fallbacks == 1; got != tc.fallback {
+				t.Fatalf("fallback = %t (stats %+v), want %t", got, st, tc.fallback)
+			}
+			if tc.fallback {
+				// The local bucket (burst 5) decided: 4 left.
+				if r := rec.Header().Get("RateLimit"); !strings.Contains(r, "r=4;") || st.Failures != 1 {
+					t.Fatalf("RateLimit %q, stats %+v: want the local bucket's r=4 and one failure", r, st)
+				}
+				return
+			}
+			if r := rec.Header().Get("RateLimit"); !strings.Contains(r, tc.remaining) {
+				t.Fatalf("RateLimit %q, want %s", r, tc.remaining)
+			}
+		})
+	}
+}
+
+func TestFailurePolicyCounters(t *testing.T) {
+	// Nothing listens on port 1: every dial is refused.
+	h := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Redis.BreakerThreshold = 3 })
+	for i := 0; i < 5; i++ {
+		if rec := serve(h, t.Name()); rec.Code != 200 || rec.Header().Get("RateLimit") == "" {
+			t.Fatalf("request %d with Redis down: %d %v, want 200 with headers", i, rec.Code, rec.Header())
+		}
+	}
+	st := h.be.stats()
+	if st.Fallbacks != 5 || st.Failures != 3 || st.Skipped != 2 || !st.Breaker || st.Open != 0 {
+		t.Fatalf("stats %+v: want 5 fallbacks, 3 failures opening the breaker, 2 checks skipped, no connection", st)
+	}
+}
+
+func TestFailClosedCountsAndAnswers503(t *testing.T) {
+	h := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.FailureMode = "closed"; c.Redis.ProbeInterval = "7s" })
+	rec := serve(h, t.Name())
+	if rec.Code != 503 || rec.Header().Get("Retry-After") != "7" || h.be.stats().Closed != 1 {
+		t.Fatalf("fail closed: %d Retry-After %q stats %+v, want 503, 7, one closed", rec.Code, rec.Header().Get("Retry-After"), h.be.stats())
+	}
+}
+
+func TestNewSharesBackends(t *testing.T) {
+	a := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Redis.ProbeInterval = "3s"; c.Redis.DB = 9 })
+	b := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Redis.ProbeInterval = "3s"; c.Redis.DB = 9; c.Average = 7 })
+	c := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Redis.ProbeInterval = "3s"; c.Redis.DB = 8 })
+	if a.be != b.be || a.be == c.be {
+		t.Fatal("backends: same redis settings must share one, different settings must not")
+	}
+}
