@@ -132,3 +132,37 @@ func (y *Yaegi) New(ctx context.Context, next http.Handler, options map[string]i
 	}
 	return handler, nil
 }
+
+// Lab is what the commands (demo, bench) run in: a temporary folder, a
+// redis-server in it, and a GOPATH layout of the plugin for Yaegi.
+type Lab struct {
+	Dir    string
+	Redis  *Redis
+	GoPath string
+}
+
+// NewLab makes a Lab; Close removes it.
+func NewLab(prefix string) (*Lab, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
+	}
+	l := &Lab{Dir: dir}
+	if l.Redis, err = StartRedis(dir); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if l.GoPath, err = GoPath(dir); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// Close stops Redis and removes the folder.
+func (l *Lab) Close() {
+	if l.Redis != nil {
+		l.Redis.Kill()
+	}
+	os.RemoveAll(l.Dir)
+}

@@ -139,20 +139,12 @@ func main() {
 	flag.Parse()
 	log.SetFlags(0)
 
-	dir, err := os.MkdirTemp("", "tollgate-bench")
+	lab, err := e2e.NewLab("tollgate-bench")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	r, err := e2e.StartRedis(dir)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer r.Kill()
-	gp, err := e2e.GoPath(dir)
-	if err != nil {
-		log.Fatal(err)
-	}
+	defer lab.Close()
+	dir, r, gp := lab.Dir, lab.Redis, lab.GoPath
 	y, err := e2e.NewYaegi(gp, os.Stderr)
 	if err != nil {
 		log.Fatal(err)

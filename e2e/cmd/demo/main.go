@@ -58,20 +58,12 @@ func main() {
 	flag.Parse()
 	log.SetFlags(0)
 
-	dir, err := os.MkdirTemp("", "tollgate-demo")
+	lab, err := e2e.NewLab("tollgate-demo")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	r, err := e2e.StartRedis(dir)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer r.Kill()
-	gp, err := e2e.GoPath(dir)
-	if err != nil {
-		log.Fatal(err)
-	}
+	defer lab.Close()
+	r, gp := lab.Redis, lab.GoPath
 
 	backend, backendAddr := serve(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
 		_, _ = rw.Write([]byte("hello from the backend\n"))
