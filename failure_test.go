@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // fakeRedis answers every EVALSHA/EVAL with reply, and CLIENT SETNAME with
@@ -203,5 +204,31 @@ func TestNewSharesBackends(t *testing.T) {
 	c := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Redis.ProbeInterval = "3s"; c.Redis.DB = 8 })
 	if a.be != b.be || a.be == c.be {
 		t.Fatal("backends: same redis settings must share one, different settings must not")
+	}
+}
+
+func TestIdleConnectionsArePruned(t *testing.T) {
+	f := startFake(t, "*4\r\n:1\r\n:3\r\n:0\r\n:2000\r\n")
+	h := handlerOn(t, f.l.Addr().String(), nil)
+	c := h.be.client
+	t0 := time.Now()
+	var conns []*rconn
+	for i := 0; i < 3; i++ {
+		cn, fresh, err := c.get(t0.Add(time.Second))
+		if err != nil || !fresh {
+			t.Fatalf("dial %d: fresh=%t err=%v", i, fresh, err)
+		}
+		conns = append(conns, cn)
+	}
+	// Two connections idle since t0, the most recent one used a minute later.
+	c.put(conns[0], t0)
+	c.put(conns[1], t0)
+	c.put(conns[2], t0.Add(idleTimeout))
+	d := make([]int64, 4)
+	if err := c.check(h.top.cmd, "tollgate:{0123456789abcdef}", d, t0.Add(idleTimeout+time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if c.open != 1 || len(c.idle) != 1 || c.idle[0] != conns[2] {
+		t.Fatalf("after a check a minute later: %d open, %d idle; want the 2 stale ones closed", c.open, len(c.idle))
 	}
 }

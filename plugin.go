@@ -23,10 +23,21 @@ import (
 	"sync/atomic"
 )
 
-// Tollgate is the middleware handler built by New. Safe for concurrent use.
+// Tollgate is the middleware handler built by New.
+//
+// Model: each request belongs to a client (sourceCriterion) and takes cost
+// tokens from the client's bucket of the class (average tokens per period,
+// at most burst) and from the bucket of every rule it matches, all or
+// nothing, in Redis on Redis's clock; the buckets are shared by every
+// replica and every router of the class. Without a top-level limit and with
+// no matching rule a request passes untouched.
+//
+// Safe for concurrent use. A Tollgate owns nothing that needs closing: its
+// Redis pool, breaker and fallback buckets belong to the registry, so
+// Traefik may drop it at any reload. Invariant: ServeHTTP calls next with
+// the ResponseWriter it was given (never a wrapper), or answers itself.
 type Tollgate struct {
 	next  http.Handler
-	name  string
 	set   *settings
 	be    *backend
 	local *localBuckets
@@ -40,7 +51,6 @@ type Tollgate struct {
 // top-level limit (if any) plus the rules that matched, in config order.
 type policySet struct {
 	ps           []*policy
-	lims         []limit  // shared bucket shapes
 	locals       []limit  // fallback bucket shapes
 	quoted       []string // `"name"` of each policy
 	decisionLen  int      // len of a decision over ps
@@ -55,7 +65,7 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	if err != nil {
 		return nil, fmt.Errorf("tollgate %s: %w", name, err)
 	}
-	t := &Tollgate{next: next, name: name, set: set, local: shared.local, sets: make(map[uint64]*policySet)}
+	t := &Tollgate{next: next, set: set, local: shared.local, sets: make(map[uint64]*policySet)}
 	if set.disabled {
 		return t, nil
 	}
@@ -71,7 +81,6 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 func newPolicySet(ps []*policy) *policySet {
 	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps))}
 	for _, p := range ps {
-		s.lims = append(s.lims, p.lim)
 		s.locals = append(s.locals, p.local)
 		s.quoted = append(s.quoted, `"`+p.name+`"`)
 		s.failClosed = s.failClosed || p.failClosed

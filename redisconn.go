@@ -51,8 +51,8 @@ const idleTimeout = time.Minute
 // The zero value is not usable; use newRedisClient. Safe for concurrent use.
 // At most set.poolSize connections are open at once; a check that finds them
 // all busy waits for one within its own timeout, then fails with
-// errPoolExhausted. Idle connections are reused last-in first-out
-// and closed after idleTimeout.
+// errPoolExhausted. Idle connections are reused last-in first-out;
+// those idle for idleTimeout are closed (pruneIdle).
 type redisClient struct {
 	set     redisSettings
 	tlsConf *tls.Config      // nil without TLS
@@ -322,8 +322,24 @@ func (c *redisClient) check(cmd *command, key string, d []int64, now time.Time) 
 	cn.used = ns
 	c.mu.Lock()
 	c.idle = append(c.idle, cn)
+	if ns-c.idle[0].used >= int64(idleTimeout) {
+		c.pruneIdle(ns)
+	}
 	c.mu.Unlock()
 	return nil
+}
+
+// pruneIdle closes the connections idle for idleTimeout, which sit at the
+// bottom of the stack: after a burst, steady traffic keeps reusing the top
+// ones and the rest would stay open for ever. Requires c.mu held.
+func (c *redisClient) pruneIdle(ns int64) {
+	n := 0
+	for n < len(c.idle) && ns-c.idle[n].used >= int64(idleTimeout) {
+		_ = c.idle[n].nc.Close()
+		n++
+	}
+	c.open -= n
+	c.idle = append(c.idle[:0], c.idle[n:]...)
 }
 
 // checkSlow is check without an idle connection at hand: expired (closed
