@@ -210,6 +210,11 @@ func main() {
 		}
 		fmt.Printf("| yaegi | %s | %s | %s | %s | %.1f KB | %.0f |\n", ref.name, us(f.p50), us(f.p99), us(f.mean), f.bytes/1024, f.perSec)
 	}
+	if p50, err := cBenchmark(r, *n); err == nil {
+		fmt.Printf("| C (redis-benchmark) | reference: EVALSHA of the same script | %s | | | | |\n", p50)
+	} else {
+		fmt.Printf("(redis-benchmark reference skipped: %v)\n", err)
+	}
 	fmt.Println()
 	fmt.Printf("Loopback round trip of a compiled PING (p50): %s\n", us(pingRTT(r.Addr, 5000)))
 	if m, err := r.Info("commandstats"); err == nil {

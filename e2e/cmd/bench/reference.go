@@ -8,9 +8,14 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
+
+	"github.com/gomodule/redigo/redis"
 
 	"github.com/tollgate-dev/tollgate/e2e"
 	"github.com/traefik/yaegi/interp"
@@ -160,4 +165,37 @@ func timeFunc(f func() error, n int) (figures, error) {
 		}
 	}
 	return measure(n, func() { _ = f() }), nil
+}
+
+// cBenchmark runs the bucket script through redis-benchmark, Redis's own C
+// client, one connection, n calls, and returns its p50: the floor of one
+// check on this machine, with no Go at all.
+func cBenchmark(r *e2e.Redis, n int) (string, error) {
+	bin, err := exec.LookPath("redis-benchmark")
+	if err != nil {
+		return "", err
+	}
+	lua, err := bucketScriptSource()
+	if err != nil {
+		return "", err
+	}
+	sha, err := redis.String(r.Do("SCRIPT", "LOAD", lua))
+	if err != nil {
+		return "", err
+	}
+	_, port, _ := net.SplitHostPort(r.Addr)
+	out, err := exec.Command(bin, "-h", "127.0.0.1", "-p", port, "-n", strconv.Itoa(n), "-c", "1", "-q",
+		"EVALSHA", sha, "1", "tollgate:{c-benchmark-key0}", "0.001", "1e9", "1").Output()
+	if err != nil {
+		return "", err
+	}
+	m := regexp.MustCompile(`p50=([0-9.]+) msec`).FindSubmatch(out)
+	if m == nil {
+		return "", fmt.Errorf("no p50 in %q", out)
+	}
+	ms, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%.0f µs", ms*1000), nil
 }
