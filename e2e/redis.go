@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -19,11 +20,13 @@ var ErrNoRedis = errors.New("redis-server not found on PATH (apt-get install -y 
 
 // Redis is a real redis-server on a free loopback port, started for a test.
 type Redis struct {
-	Addr string
-	port int
-	dir  string
-	bin  string
-	cmd  *exec.Cmd
+	Addr  string
+	port  int
+	dir   string
+	bin   string
+	extra []string    // more redis-server arguments
+	tls   *tls.Config // non-nil: the server speaks TLS only
+	cmd   *exec.Cmd
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
@@ -37,7 +40,12 @@ func FreePort() (int, error) {
 }
 
 // StartRedis starts redis-server (no persistence) with its files in dir.
-func StartRedis(dir string) (*Redis, error) {
+func StartRedis(dir string) (*Redis, error) { return StartRedisWith(dir, nil) }
+
+// StartRedisWith starts redis-server with more arguments. With tlsConf (the
+// client side, for the helpers' own connections) it listens with TLS only,
+// and args must configure the server's certificates.
+func StartRedisWith(dir string, tlsConf *tls.Config, args ...string) (*Redis, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, ErrNoRedis
@@ -46,13 +54,18 @@ func StartRedis(dir string) (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), port: port, dir: dir, bin: bin}
+	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), port: port, dir: dir, bin: bin, extra: args, tls: tlsConf}
 	return r, r.start()
 }
 
 func (r *Redis) start() error {
-	r.cmd = exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", r.dir, "--daemonize", "no", "--loglevel", "warning")
+	ports := []string{"--port", strconv.Itoa(r.port)}
+	if r.tls != nil {
+		ports = []string{"--port", "0", "--tls-port", strconv.Itoa(r.port)}
+	}
+	args := append(ports, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir,
+		"--daemonize", "no", "--loglevel", "warning")
+	r.cmd = exec.Command(r.bin, append(args, r.extra...)...)
 	if err := r.cmd.Start(); err != nil {
 		return fmt.Errorf("starting redis-server: %w", err)
 	}
@@ -93,8 +106,12 @@ func (r *Redis) Resume() error { return r.cmd.Process.Signal(syscall.SIGCONT) }
 
 // Do runs one command on a new connection.
 func (r *Redis) Do(cmd string, args ...interface{}) (interface{}, error) {
-	c, err := redis.Dial("tcp", r.Addr, redis.DialConnectTimeout(time.Second),
-		redis.DialReadTimeout(2*time.Second), redis.DialWriteTimeout(time.Second))
+	opts := []redis.DialOption{redis.DialConnectTimeout(time.Second),
+		redis.DialReadTimeout(2 * time.Second), redis.DialWriteTimeout(time.Second)}
+	if r.tls != nil {
+		opts = append(opts, redis.DialUseTLS(true), redis.DialTLSConfig(r.tls))
+	}
+	c, err := redis.Dial("tcp", r.Addr, opts...)
 	if err != nil {
 		return nil, err
 	}
