@@ -435,13 +435,15 @@ type redisSettings struct {
 	poolSize         int
 	breakerThreshold int64
 	probeInterval    time.Duration
+	probeNS          int64 // probeInterval in ns, for the breaker
 }
 
-// key identifies the settings in the registry.
-func (r redisSettings) key() string {
-	return fmt.Sprintf("%s|%s|%s|%d|%t|%s|%s|%s|%t|%s|%d|%d|%s", r.addr, r.username, r.password, r.db,
-		r.useTLS, r.tls.CA, r.tls.Cert, r.tls.Key, r.tls.InsecureSkipVerify, r.timeout, r.poolSize,
-		r.breakerThreshold, r.probeInterval)
+// connKey identifies a Redis connection in the registry: what changes the
+// connection, not how a check uses it (timeout, pool size, breaker
+// settings), so reloads that change limits or timeouts share one pool.
+func (r redisSettings) connKey() string {
+	return fmt.Sprintf("%s|%s|%s|%d|%t|%s|%s|%s|%t", r.addr, r.username, r.password, r.db,
+		r.useTLS, r.tls.CA, r.tls.Cert, r.tls.Key, r.tls.InsecureSkipVerify)
 }
 
 func compileRedis(c *RedisConfig) (redisSettings, error) {
@@ -501,5 +503,6 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 	}
 	r.poolSize = int(orDefault(c.PoolSize, 64))
 	r.breakerThreshold = orDefault(c.BreakerThreshold, 3)
+	r.probeNS = int64(r.probeInterval)
 	return r, nil
 }

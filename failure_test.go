@@ -103,9 +103,10 @@ func readFull(br *bufio.Reader, b []byte) (int, error) {
 	return n, nil
 }
 
-// handlerOn builds a middleware on addr. Each call uses its own probe
-// interval so that it gets a backend (and breaker) of its own.
-var probeSeq int64
+// handlerOn builds a middleware on addr. Each call names its own (unused:
+// no password) username, so that it gets a backend (pool and breaker) of
+// its own.
+var backendSeq int64
 
 func handlerOn(t *testing.T, addr string, mutate func(*Config)) *Tollgate {
 	t.Helper()
@@ -114,7 +115,8 @@ func handlerOn(t *testing.T, addr string, mutate func(*Config)) *Tollgate {
 	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
 	cfg.Redis.Endpoints = []string{addr}
 	cfg.Redis.Timeout = "500ms"
-	cfg.Redis.ProbeInterval = fmt.Sprintf("%dh", 100+atomic.AddInt64(&probeSeq, 1))
+	cfg.Redis.ProbeInterval = "1h"
+	cfg.Redis.Username = fmt.Sprintf("test-%d", atomic.AddInt64(&backendSeq, 1))
 	if mutate != nil {
 		mutate(cfg)
 	}
@@ -185,7 +187,7 @@ func TestFailurePolicyCounters(t *testing.T) {
 		}
 	}
 	st := h.be.stats()
-	if st.Fallbacks != 5 || st.Failures != 3 || st.Skipped != 2 || !st.Breaker || st.Open != 0 {
+	if st.Fallbacks != 5 || st.Failures != 3 || st.Skipped != 2 || st.Streak != 3 || st.Open != 0 {
 		t.Fatalf("stats %+v: want 5 fallbacks, 3 failures opening the breaker, 2 checks skipped, no connection", st)
 	}
 }
@@ -199,11 +201,19 @@ func TestFailClosedCountsAndAnswers503(t *testing.T) {
 }
 
 func TestNewSharesBackends(t *testing.T) {
-	a := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Redis.ProbeInterval = "3s"; c.Redis.DB = 9 })
-	b := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Redis.ProbeInterval = "3s"; c.Redis.DB = 9; c.Average = 7 })
-	c := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Redis.ProbeInterval = "3s"; c.Redis.DB = 8 })
+	// Reloads that change limits, timeouts or breaker settings keep the
+	// connection, hence the pool; another database is another connection.
+	a := handlerOn(t, "127.0.0.1:1", nil)
+	user := a.set.redis.username
+	b := handlerOn(t, "127.0.0.1:1", func(c *Config) {
+		c.Redis.Username, c.Average, c.Redis.Timeout, c.Redis.ProbeInterval, c.Redis.BreakerThreshold, c.Redis.PoolSize = user, 7, "9ms", "2s", 5, 3
+	})
+	c := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Redis.Username, c.Redis.DB = user, 8 })
 	if a.be != b.be || a.be == c.be {
-		t.Fatal("backends: same redis settings must share one, different settings must not")
+		t.Fatal("backends: one per connection (address, credentials, db, TLS), whatever the other settings")
+	}
+	if a.be.client.poolSize != 3 {
+		t.Fatalf("pool size %d, want the latest config's 3", a.be.client.poolSize)
 	}
 }
 
@@ -225,7 +235,7 @@ func TestIdleConnectionsArePruned(t *testing.T) {
 	c.put(conns[1], t0)
 	c.put(conns[2], t0.Add(idleTimeout))
 	d := make([]int64, 4)
-	if err := c.check(h.top.cmd, "tollgate:{0123456789abcdef}", d, t0.Add(idleTimeout+time.Millisecond)); err != nil {
+	if err := c.check(h.top.cmd, "tollgate:{0123456789abcdef}", d, t0.Add(idleTimeout+time.Millisecond), time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if c.open != 1 || len(c.idle) != 1 || c.idle[0] != conns[2] {

@@ -21,23 +21,25 @@ import (
 	"time"
 )
 
-// breaker is a consecutive-failure circuit breaker. Safe for concurrent use;
-// all fields are accessed atomically. Times are Unix ns.
+// breaker is a consecutive-failure circuit breaker, one per Redis (shared by
+// every middleware using it). Safe for concurrent use; all fields are
+// accessed atomically. Its thresholds come from each caller's settings, so
+// middlewares configured differently share the breaker's state but apply
+// their own breakerThreshold and probeInterval. Times are Unix ns.
 type breaker struct {
-	threshold int64 // consecutive failures that open it; >= 1
-	interval  int64 // ns between probes while open
 	failures  int64 // consecutive failures so far
 	nextProbe int64 // while open, the earliest instant of the next probe
 }
 
-// allow reports whether a check may call Redis at now: always while closed;
-// while open, only the one caller that claims the due probe.
-func (b *breaker) allow(now int64) bool {
-	if atomic.LoadInt64(&b.failures) < b.threshold {
+// allow reports whether a check may call Redis at now: always while fewer
+// than threshold consecutive failures; otherwise only the one caller that
+// claims the due probe, which schedules the next one interval later.
+func (b *breaker) allow(now, threshold, interval int64) bool {
+	if atomic.LoadInt64(&b.failures) < threshold {
 		return true
 	}
 	next := atomic.LoadInt64(&b.nextProbe)
-	return now >= next && atomic.CompareAndSwapInt64(&b.nextProbe, next, now+b.interval)
+	return now >= next && atomic.CompareAndSwapInt64(&b.nextProbe, next, now+interval)
 }
 
 // success closes the breaker.
@@ -45,14 +47,11 @@ func (b *breaker) success() { atomic.StoreInt64(&b.failures, 0) }
 
 // failure counts a failed call; the one that reaches threshold opens the
 // breaker and schedules the first probe.
-func (b *breaker) failure(now int64) {
-	if atomic.AddInt64(&b.failures, 1) == b.threshold {
-		atomic.StoreInt64(&b.nextProbe, now+b.interval)
+func (b *breaker) failure(now, threshold, interval int64) {
+	if atomic.AddInt64(&b.failures, 1) == threshold {
+		atomic.StoreInt64(&b.nextProbe, now+interval)
 	}
 }
-
-// isOpen reports whether the breaker is open.
-func (b *breaker) isOpen() bool { return atomic.LoadInt64(&b.failures) >= b.threshold }
 
 // localBuckets holds the per-pod fallback buckets of every middleware in the
 // process, by bucket key: the TAT of each (µs since epochUS, the pod's

@@ -7,7 +7,8 @@ import (
 )
 
 func TestBreakerSteps(t *testing.T) {
-	b := &breaker{threshold: 3, interval: int64(3 * time.Second)}
+	b := &breaker{}
+	threshold, interval := int64(3), int64(3*time.Second)
 	sec := int64(time.Second)
 	steps := []struct {
 		desc  string
@@ -26,14 +27,14 @@ func TestBreakerSteps(t *testing.T) {
 		{"closed again", 6, true, ""},
 	}
 	for i, s := range steps {
-		if got := b.allow(s.at * sec); got != s.allow {
+		if got := b.allow(s.at*sec, threshold, interval); got != s.allow {
 			t.Fatalf("step %d (%s, t=%ds): allow = %t, want %t", i, s.desc, s.at, got, s.allow)
 		}
 		switch s.then {
 		case "ok":
 			b.success()
 		case "fail":
-			b.failure(s.at * sec)
+			b.failure(s.at*sec, threshold, interval)
 		}
 	}
 }

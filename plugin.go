@@ -176,7 +176,7 @@ func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
 	if t.set.headers&headersIETF != 0 {
 		rw.Header().Set("RateLimit-Policy", set.policyHeader)
 	}
-	writeUnavailable(rw, set, ceilSecs(t.be.breaker.interval/1e6))
+	writeUnavailable(rw, set, ceilSecs(t.set.redis.probeNS/1e6))
 }
 
 // decide charges the request's buckets into decision d: in Redis, or, when
@@ -184,7 +184,7 @@ func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
 // fallback.go). It returns false when Redis is unavailable and a policy
 // fails closed.
 func (t *Tollgate) decide(set *policySet, key string, d []int64) bool {
-	if t.be.check(set.cmd, key, d) == nil {
+	if t.be.check(set.cmd, key, d, &t.set.redis) == nil {
 		return true
 	}
 	return t.fallback(set, key, d)

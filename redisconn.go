@@ -49,7 +49,7 @@ const idleTimeout = time.Minute
 // redisClient is a pool of connections to one Redis endpoint.
 //
 // The zero value is not usable; use newRedisClient. Safe for concurrent use.
-// At most set.poolSize connections are open at once; a check that finds them
+// At most poolSize connections are open at once; a check that finds them
 // all busy waits for one within its own timeout, then fails with
 // errPoolExhausted. Idle connections are reused last-in first-out;
 // those idle for idleTimeout are closed (pruneIdle).
@@ -58,9 +58,17 @@ type redisClient struct {
 	tlsConf *tls.Config      // nil without TLS
 	now     func() time.Time // time.Now; injected in tests
 
-	mu   sync.Mutex // guards idle and open
-	idle []*rconn
-	open int
+	mu       sync.Mutex // guards idle, open and poolSize
+	idle     []*rconn
+	open     int
+	poolSize int
+}
+
+// setPoolSize changes the cap on open connections (the latest config wins).
+func (c *redisClient) setPoolSize(n int) {
+	c.mu.Lock()
+	c.poolSize = n
+	c.mu.Unlock()
 }
 
 // rconn is one connection and its buffers; owned by one check at a time.
@@ -72,7 +80,7 @@ type rconn struct {
 }
 
 func newRedisClient(set redisSettings) (*redisClient, error) {
-	c := &redisClient{set: set, now: time.Now}
+	c := &redisClient{set: set, now: time.Now, poolSize: set.poolSize}
 	if set.useTLS {
 		conf, err := tlsConfig(set)
 		if err != nil {
@@ -149,7 +157,7 @@ func (c *redisClient) tryGet(deadline time.Time) (cn *rconn, fresh bool, err err
 		_ = cn.nc.Close()
 		cn = nil
 	}
-	if c.open >= c.set.poolSize {
+	if c.open >= c.poolSize {
 		c.mu.Unlock()
 		return nil, false, errPoolExhausted
 	}
@@ -304,7 +312,7 @@ var noscript = []byte("-NOSCRIPT")
 // check runs the bucket script for the client key and stores the decision
 // in d. It gives up at now + timeout. The common case (an idle connection,
 // one exchange) is all it does itself; the rest is checkSlow.
-func (c *redisClient) check(cmd *command, key string, d []int64, now time.Time) error {
+func (c *redisClient) check(cmd *command, key string, d []int64, now time.Time, timeout time.Duration) error {
 	var cn *rconn
 	c.mu.Lock()
 	if n := len(c.idle); n > 0 {
@@ -314,10 +322,11 @@ func (c *redisClient) check(cmd *command, key string, d []int64, now time.Time) 
 	c.mu.Unlock()
 	ns := now.UnixNano()
 	if cn == nil || ns-cn.used >= int64(idleTimeout) {
-		return c.checkSlow(cn, cmd, key, d, now)
+		return c.checkSlow(cn, cmd, key, d, now.Add(timeout))
 	}
-	if err := exchange(cn, cmd, key, d, now.Add(c.set.timeout)); err != nil {
-		return c.retry(cn, cmd, key, d, now, err)
+	deadline := now.Add(timeout)
+	if err := exchange(cn, cmd, key, d, deadline); err != nil {
+		return c.retry(cn, cmd, key, d, deadline, err)
 	}
 	cn.used = ns
 	c.mu.Lock()
@@ -345,11 +354,10 @@ func (c *redisClient) pruneIdle(ns int64) {
 // checkSlow is check without an idle connection at hand: expired (closed
 // here) or none. It takes one from get (an idle one, a new dial, or a wait
 // for a busy pool), within the same budget.
-func (c *redisClient) checkSlow(expired *rconn, cmd *command, key string, d []int64, now time.Time) error {
+func (c *redisClient) checkSlow(expired *rconn, cmd *command, key string, d []int64, deadline time.Time) error {
 	if expired != nil {
 		c.discard(expired)
 	}
-	deadline := now.Add(c.set.timeout)
 	cn, fresh, err := c.get(deadline)
 	if err != nil {
 		return err
@@ -359,9 +367,9 @@ func (c *redisClient) checkSlow(expired *rconn, cmd *command, key string, d []in
 			c.discard(cn)
 			return err
 		}
-		return c.retry(cn, cmd, key, d, now, err)
+		return c.retry(cn, cmd, key, d, deadline, err)
 	}
-	c.put(cn, now)
+	c.put(cn, c.now())
 	return nil
 }
 
@@ -369,13 +377,12 @@ func (c *redisClient) checkSlow(expired *rconn, cmd *command, key string, d []in
 // had closed it (Redis restarted), its idle siblings are dead too: all are
 // closed and the check is tried once more on a fresh dial, within the same
 // budget. Any other error is returned.
-func (c *redisClient) retry(cn *rconn, cmd *command, key string, d []int64, now time.Time, err error) error {
+func (c *redisClient) retry(cn *rconn, cmd *command, key string, d []int64, deadline time.Time, err error) error {
 	c.discard(cn)
 	if !isStale(err) {
 		return err
 	}
 	c.closeIdle()
-	deadline := now.Add(c.set.timeout)
 	if cn, _, err = c.get(deadline); err != nil {
 		return err
 	}
@@ -383,7 +390,7 @@ func (c *redisClient) retry(cn *rconn, cmd *command, key string, d []int64, now 
 		c.discard(cn)
 		return err
 	}
-	c.put(cn, now)
+	c.put(cn, c.now())
 	return nil
 }
 

@@ -5,9 +5,11 @@ package tollgate
 // owned by a handler: Redis connection pools, their circuit breakers and the
 // fallback buckets live here, shared by every handler with the same
 // settings. This is the one piece of package-level state, and it is bounded:
-//   - backends: one per distinct redis settings; a backend no handler has
-//     used for backendIdle has its connections closed and is forgotten (a
-//     handler still holding it re-dials on its next check).
+//   - backends: one per distinct Redis connection (address, credentials,
+//     database, TLS); timeouts, pool size and breaker settings are the
+//     caller's, so a reload that changes them reuses the pool. A backend no
+//     handler has used for backendIdle has its connections closed at the
+//     next New and is forgotten (a handler still holding it re-dials).
 //   - local buckets: one bounded store (maxLocalBuckets), see localBuckets.
 // No goroutine is started: reclaiming happens inside New.
 
@@ -39,10 +41,10 @@ func newRegistry() *registry {
 	return &registry{now: time.Now, backends: make(map[string]*backend), local: newLocalBuckets(maxLocalBuckets)}
 }
 
-// backend returns the backend for set, creating it on first use, and
-// reclaims backends left idle by reloads.
+// backend returns the backend for set's connection, creating it on first
+// use, and reclaims backends left idle by reloads. The latest poolSize wins.
 func (r *registry) backend(set redisSettings) (*backend, error) {
-	key := set.key()
+	key := set.connKey()
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -54,6 +56,7 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 	}
 	if b, ok := r.backends[key]; ok {
 		atomic.StoreInt64(&b.lastUsed, now.UnixNano())
+		b.client.setPoolSize(set.poolSize)
 		return b, nil
 	}
 	client, err := newRedisClient(set)
@@ -62,7 +65,7 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 	}
 	b := &backend{
 		client:   client,
-		breaker:  &breaker{threshold: set.breakerThreshold, interval: int64(set.probeInterval)},
+		breaker:  &breaker{},
 		now:      time.Now,
 		lastUsed: now.UnixNano(),
 	}
@@ -87,21 +90,22 @@ type backend struct {
 	closed    int64 // requests refused with 503 (failureMode closed)
 }
 
-// check asks Redis, through the breaker, for decision d, and records the
-// outcome. The closed-breaker test is inlined; failures are handled by
-// failed (the hot path stays small, see Tollgate.ServeHTTP).
-func (b *backend) check(cmd *command, key string, d []int64) error {
+// check asks Redis, through the breaker, for decision d, with the caller's
+// timeout and breaker settings, and records the outcome. The
+// closed-breaker test is inlined; failures are handled by failed (the hot
+// path stays small, see Tollgate.ServeHTTP).
+func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings) error {
 	now := b.now()
 	ns := now.UnixNano()
 	atomic.StoreInt64(&b.lastUsed, ns)
 	failures := atomic.LoadInt64(&b.breaker.failures)
-	if failures >= b.breaker.threshold && !b.breaker.allow(ns) {
+	if failures >= o.breakerThreshold && !b.breaker.allow(ns, o.breakerThreshold, o.probeNS) {
 		atomic.AddInt64(&b.skipped, 1)
 		return errBreakerOpen
 	}
-	err := b.client.check(cmd, key, d, now)
+	err := b.client.check(cmd, key, d, now, o.timeout)
 	if err != nil {
-		b.failed(ns, err)
+		b.failed(ns, err, o)
 	} else if failures != 0 {
 		b.breaker.success()
 	}
@@ -109,27 +113,28 @@ func (b *backend) check(cmd *command, key string, d []int64) error {
 }
 
 // failed records a failed check.
-func (b *backend) failed(ns int64, err error) {
-	b.breaker.failure(ns)
+func (b *backend) failed(ns int64, err error, o *redisSettings) {
+	b.breaker.failure(ns, o.breakerThreshold, o.probeNS)
 	atomic.AddInt64(&b.failures, 1)
-	b.logFailure(ns, err)
+	b.logFailure(ns, err, o)
 }
 
 // logFailure logs one line at most once per probe interval, never once per
 // request. It uses the log package: under Yaegi that writes to the
 // interpreter's stderr, which Traefik logs at ERROR (os.Stderr is the
 // process's own and would bypass Traefik's log).
-func (b *backend) logFailure(now int64, err error) {
+func (b *backend) logFailure(now int64, err error, o *redisSettings) {
 	last := atomic.LoadInt64(&b.lastLog)
-	if now-last < b.breaker.interval || !atomic.CompareAndSwapInt64(&b.lastLog, last, now) {
+	if now-last < o.probeNS || !atomic.CompareAndSwapInt64(&b.lastLog, last, now) {
 		return
 	}
+	failures := atomic.LoadInt64(&b.breaker.failures)
 	state := "closed"
-	if b.breaker.isOpen() {
+	if failures >= o.breakerThreshold {
 		state = "open"
 	}
-	log.Printf("tollgate: redis %s unavailable, falling back to local limits (breaker %s, %d failures so far): %v\n",
-		b.client.set.addr, state, atomic.LoadInt64(&b.failures), err)
+	log.Printf("tollgate: redis %s unavailable, falling back to local limits (breaker %s, %d consecutive failures, %d in all): %v",
+		b.client.set.addr, state, failures, atomic.LoadInt64(&b.failures), err)
 }
 
 // backendStats are a backend's counters since the process started.
@@ -139,7 +144,7 @@ type backendStats struct {
 	Fallbacks int64 // requests decided by the local fallback
 	Closed    int64 // requests refused with 503 (failureMode closed)
 	Open      int   // connections open to Redis
-	Breaker   bool  // breaker open
+	Streak    int64 // consecutive failures (the breaker is open at its threshold)
 }
 
 func (b *backend) stats() backendStats {
@@ -152,6 +157,6 @@ func (b *backend) stats() backendStats {
 		Fallbacks: atomic.LoadInt64(&b.fallbacks),
 		Closed:    atomic.LoadInt64(&b.closed),
 		Open:      open,
-		Breaker:   b.breaker.isOpen(),
+		Streak:    atomic.LoadInt64(&b.breaker.failures),
 	}
 }

@@ -558,3 +558,35 @@ func redisInt(v interface{}, err error) (int64, error) {
 	}
 	return n, nil
 }
+
+func TestReloadsKeepConnectionsFlat(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		// Traefik calls New again on every reload. 200 reloads changing the
+		// limit, timeout, pool size and breaker settings, with traffic in
+		// between, reuse one pool: Redis sees no more connections.
+		pod := e.pod()
+		do(e.handler(pod, "api@file", e.opts("average", 600, "period", "1m", "burst", 100)), "GET", "/", "warm")
+		before, err := e.redis.Clients()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h http.Handler
+		for i := 0; i < 200; i++ {
+			h = e.handler(pod, "api@file", e.opts("average", 600+i, "period", "1m", "burst", 100,
+				"redis.timeout", fmt.Sprintf("%dms", 500+i), "redis.poolSize", 8+i%5,
+				"redis.breakerThreshold", 3+i%2, "redis.probeInterval", fmt.Sprintf("%ds", 2+i%3)))
+			for j := 0; j < 3; j++ {
+				if c := do(h, "GET", "/", fmt.Sprintf("client-%d-%d", i, j)).Code; c != 200 {
+					t.Fatalf("reload %d, request %d: %d", i, j, c)
+				}
+			}
+		}
+		after, _ := e.redis.Clients()
+		if after > before {
+			t.Fatalf("connected clients %d -> %d after 200 reloads, want no growth", before, after)
+		}
+		if p := do(h, "GET", "/", "client-last").Header().Get("RateLimit-Policy"); !strings.Contains(p, "q=799;") {
+			t.Fatalf("after the reloads RateLimit-Policy = %q, want the latest limit q=799", p)
+		}
+	})
+}
