@@ -116,7 +116,9 @@ func ceilMS(us float64) int64 { return int64(math.Ceil((us - 1e-3) / 1000)) }
 //	ARGV[3i-2]   interval, µs per token
 //	ARGV[3i-1]   burst, tokens
 //	ARGV[3i]     cost, tokens
-//	reply        {allowed (1|0), remaining_1, wait_ms_1, full_ms_1, ...}
+//	reply        status "allowed remaining_1 wait_ms_1 full_ms_1 ...", one
+//	             line of decimal integers (allowed 1|0), so that the client
+//	             reads one line and parses it with one call
 //
 // Charged buckets (and buckets whose TAT was clamped because TIME ran
 // backwards) are stored as a TAT string with an expiry at that TAT, so a
@@ -142,7 +144,7 @@ for i = 1, n do
   s[i] = tat
   if tat + iv[i] * cost[i] - now > cap[i] + slack[i] then ok = 0 end
 end
-local out = {ok}
+local out = {}
 for i = 1, n do
   local tat = s[i]
   if ok == 1 then tat = tat + iv[i] * cost[i] end
@@ -155,9 +157,7 @@ for i = 1, n do
   if w <= slack[i] then w = 0 end
   local f = tat - now
   if f < 0 then f = 0 end
-  out[3*i-1] = r
-  out[3*i] = math.ceil((w - 0.001) / 1000)
-  out[3*i+1] = math.ceil((f - 0.001) / 1000)
+  out[i] = string.format('%d %d %d', r, math.ceil((w - 0.001) / 1000), math.ceil((f - 0.001) / 1000))
 end
-return out
+return redis.status_reply(ok .. ' ' .. table.concat(out, ' '))
 `

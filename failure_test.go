@@ -142,16 +142,18 @@ func TestRepliesAreChecked(t *testing.T) {
 		remaining   string // the RateLimit r the client sees
 		fallback    bool
 	}{
-		{desc: "a good reply is used", reply: "*4\r\n:1\r\n:3\r\n:0\r\n:2000\r\n", status: 200, remaining: "r=3;"},
-		{desc: "a refusal with a wait", reply: "*4\r\n:0\r\n:0\r\n:1500\r\n:5000\r\n", status: 429, remaining: "r=0;t=2"},
-		{desc: "a refusal without a wait is not believed", reply: "*4\r\n:0\r\n:0\r\n:0\r\n:5000\r\n", status: 200, fallback: true},
-		{desc: "a negative number", reply: "*4\r\n:1\r\n:-3\r\n:0\r\n:2000\r\n", status: 200, fallback: true},
-		{desc: "allowed flag out of range", reply: "*4\r\n:7\r\n:3\r\n:0\r\n:2000\r\n", status: 200, fallback: true},
-		{desc: "too few elements", reply: "*2\r\n:1\r\n:3\r\n", status: 200, fallback: true},
-		{desc: "a string where a number belongs", reply: "*4\r\n:1\r\n$1\r\n3\r\n:0\r\n:2000\r\n", status: 200, fallback: true},
+		{desc: "a good reply is used", reply: "+1 3 0 2000\r\n", status: 200, remaining: "r=3;"},
+		{desc: "a refusal with a wait", reply: "+0 0 1500 5000\r\n", status: 429, remaining: "r=0;t=2"},
+		{desc: "a refusal without a wait is not believed", reply: "+0 0 0 5000\r\n", status: 200, fallback: true},
+		{desc: "a negative number", reply: "+1 -3 0 2000\r\n", status: 200, fallback: true},
+		{desc: "allowed flag out of range", reply: "+7 3 0 2000\r\n", status: 200, fallback: true},
+		{desc: "too few elements", reply: "+1 3\r\n", status: 200, fallback: true},
+		{desc: "an array (an older script's reply)", reply: "*4\r\n:1\r\n:3\r\n:0\r\n:2000\r\n", status: 200, fallback: true},
 		{desc: "an error reply", reply: "-ERR something broke\r\n", status: 200, fallback: true},
-		{desc: "a simple string", reply: "+OK\r\n", status: 200, fallback: true},
-		{desc: "not a number", reply: "*4\r\n:1\r\n:x\r\n:0\r\n:2000\r\n", status: 200, fallback: true},
+		{desc: "a word", reply: "+OK\r\n", status: 200, fallback: true},
+		{desc: "not a number", reply: "+1 x 0 2000\r\n", status: 200, fallback: true},
+		{desc: "a huge number", reply: "+1 99999999999999999999 0 2000\r\n", status: 200, fallback: true},
+		{desc: "an empty line", reply: "+\r\n", status: 200, fallback: true},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			f := startFake(t, tc.reply)
@@ -218,7 +220,7 @@ func TestNewSharesBackends(t *testing.T) {
 }
 
 func TestIdleConnectionsArePruned(t *testing.T) {
-	f := startFake(t, "*4\r\n:1\r\n:3\r\n:0\r\n:2000\r\n")
+	f := startFake(t, "+1 3 0 2000\r\n")
 	h := handlerOn(t, f.l.Addr().String(), nil)
 	c := h.be.client
 	t0 := time.Now()
@@ -240,5 +242,24 @@ func TestIdleConnectionsArePruned(t *testing.T) {
 	}
 	if c.open != 1 || len(c.idle) != 1 || c.idle[0] != conns[2] {
 		t.Fatalf("after a check a minute later: %d open, %d idle; want the 2 stale ones closed", c.open, len(c.idle))
+	}
+}
+
+func TestMultiBucketRepliesAreChecked(t *testing.T) {
+	withRule := func(c *Config) { c.Rules = []Rule{{Name: "search", Average: 10, Burst: 5}} }
+	for _, tc := range []struct {
+		desc, reply, want string
+	}{
+		{desc: "good", reply: "+1 3 0 2000 4 0 100\r\n", want: `"api";r=3;t=0, "search";r=4;t=0`},
+		{desc: "a field short", reply: "+1 3 0 2000 4 0\r\n", want: `"api";r=4;t=0, "search";r=4;t=0`},
+		{desc: "negative", reply: "+1 3 0 2000 -4 0 100\r\n", want: `"api";r=4;t=0, "search";r=4;t=0`},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			f := startFake(t, tc.reply)
+			h := handlerOn(t, f.l.Addr().String(), withRule)
+			if got := serve(h, t.Name()).Header().Get("RateLimit"); got != tc.want {
+				t.Fatalf("RateLimit = %q, want %q (bad replies fall back to the local buckets)", got, tc.want)
+			}
+		})
 	}
 }

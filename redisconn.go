@@ -246,11 +246,10 @@ func (c *redisClient) dial(deadline time.Time) (*rconn, error) {
 // client's key changes between requests, so a call is written as
 // head, key, mid[0], key, ..., tail.
 type command struct {
-	shaHead   []byte   // "*N $7 EVALSHA $40 <sha> $len <n>" and the first key's "$len"
-	evalHead  []byte   // the same with EVAL and the script
-	mid       [][]byte // key i's suffix and key i+1's "$len"
-	tail      []byte   // the last key's suffix, then interval, burst, cost of every bucket
-	arrayHead []byte   // the reply's first line: "*<decisionLen>"
+	shaHead  []byte   // "*N $7 EVALSHA $40 <sha> $len <n>" and the first key's "$len"
+	evalHead []byte   // the same with EVAL and the script
+	mid      [][]byte // key i's suffix and key i+1's "$len"
+	tail     []byte   // the last key's suffix, then interval, burst, cost of every bucket
 }
 
 // bulk appends a RESP bulk string.
@@ -291,7 +290,6 @@ func newCommand(ps []*policy, keyLen int) *command {
 		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.lim.burst, 'g', -1, 64))
 		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.lim.cost, 'g', -1, 64))
 	}
-	cmd.arrayHead = []byte("*" + strconv.Itoa(decisionLen(n)) + "\r\n")
 	return cmd
 }
 
@@ -427,25 +425,39 @@ func exchange(cn *rconn, cmd *command, key string, d []int64, deadline time.Time
 		return err
 	}
 	line, err := cn.br.ReadSlice('\n')
-	if err == nil && !bytes.Equal(line, cmd.arrayHead) {
+	if err == nil && (len(line) < 4 || line[0] != '+') {
 		line, err = unexpected(cn, cmd, key, line)
 	}
 	if err != nil {
 		return err
 	}
-	for i := range d {
-		if line, err = cn.br.ReadSlice('\n'); err != nil {
-			return err
-		}
-		if len(line) < 4 || line[0] != ':' {
+	if len(d) == 4 {
+		// One bucket, the common case: one compiled call parses the line.
+		if n, _ := fmt.Sscan(string(line[1:len(line)-2]), &d[0], &d[1], &d[2], &d[3]); n != 4 || d[0]|d[1]|d[2]|d[3] < 0 {
 			return errBadReply
 		}
-		if d[i], err = strconv.ParseInt(string(line[1:len(line)-2]), 10, 64); err != nil || d[i] < 0 {
-			return errBadReply
-		}
+	} else if err = parseDecision(line[1:len(line)-2], d); err != nil {
+		return err
 	}
 	if d[0] > 1 || (d[0] == 0 && !namesWait(d)) {
 		return errBadReply
+	}
+	return nil
+}
+
+// parseDecision parses the space-separated integers of a decision over
+// several buckets.
+func parseDecision(line []byte, d []int64) error {
+	fields := strings.Fields(string(line))
+	if len(fields) != len(d) {
+		return errBadReply
+	}
+	for i, f := range fields {
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || v < 0 {
+			return errBadReply
+		}
+		d[i] = v
 	}
 	return nil
 }
@@ -475,7 +487,7 @@ func unexpected(cn *rconn, cmd *command, key string, line []byte) ([]byte, error
 		if line, err = cn.br.ReadSlice('\n'); err != nil {
 			return nil, err
 		}
-		if bytes.Equal(line, cmd.arrayHead) {
+		if len(line) >= 4 && line[0] == '+' {
 			return line, nil
 		}
 	}

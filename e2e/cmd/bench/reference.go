@@ -28,6 +28,7 @@ import (
 	"bufio"
 	"crypto/sha1"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"strconv"
 	"time"
@@ -69,7 +70,7 @@ func Setup(addr, src string) error {
 func Redigo() error {
 	c := pool.Get()
 	defer c.Close()
-	_, err := redis.Int64s(script.Do(c, "tollgate:{reference-key-01}", "0.001", "1e9", "1"))
+	_, err := redis.String(script.Do(c, "tollgate:{reference-key-01}", "0.001", "1e9", "1"))
 	return err
 }
 
@@ -81,19 +82,12 @@ func Bare() error {
 	if _, err := conn.Write(call); err != nil {
 		return err
 	}
-	if _, err := br.ReadSlice('\n'); err != nil {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
 		return err
 	}
-	for i := range out {
-		line, err := br.ReadSlice('\n')
-		if err != nil {
-			return err
-		}
-		if out[i], err = strconv.ParseInt(string(line[1:len(line)-2]), 10, 64); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err = fmt.Sscan(string(line[1:len(line)-2]), &out[0], &out[1], &out[2], &out[3])
+	return err
 }
 `
 
