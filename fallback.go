@@ -2,14 +2,18 @@ package tollgate
 
 // What happens when Redis is unavailable.
 //
-// Failure policy (applied in backend.check and Tollgate.decide):
+// Failure policy (applied in backend.check, Tollgate.decide and
+// Tollgate.fallback):
 //   - Redis answers with an error, refuses the connection, or does not
 //     answer within redis.timeout: the check fails. Policies in failureMode
 //     "open" fall back to a per-pod token bucket with the limit divided by
 //     replicas (each share at least one request); the request proceeds if
 //     that bucket allows it. Policies in failureMode "closed" answer 503
-//     with Retry-After = probeInterval. The failure is counted and logged to
-//     stderr at most once per probeInterval.
+//     with Retry-After = probeInterval; a request with both kinds of policy
+//     fails closed. The failure is counted and logged (log package: under
+//     Traefik, its log at ERROR) at most once per probeInterval.
+//   - A reply that no correct script produces (wrong shape, negative
+//     numbers, a refusal naming no wait) is a failure like any other.
 //   - breakerThreshold consecutive failures open the circuit breaker: no
 //     Redis call at all while open, except one probe (a real check) per
 //     probeInterval; a successful probe closes it and the global limit
