@@ -66,6 +66,9 @@ func (r *Redis) start() error {
 	args := append(ports, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir,
 		"--daemonize", "no", "--loglevel", "warning")
 	r.cmd = exec.Command(r.bin, append(args, r.extra...)...)
+	// The server dies with the test or command that started it, even when
+	// that one is killed or exits through log.Fatal.
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := r.cmd.Start(); err != nil {
 		return fmt.Errorf("starting redis-server: %w", err)
 	}
