@@ -1,0 +1,48 @@
+package tollgate
+
+import (
+	"bufio"
+	"net"
+	"testing"
+	"time"
+)
+
+// FuzzExchangeReply feeds arbitrary replies to the exchange: it must return
+// a decision or an error, never panic, and a decision it accepts must be
+// well-formed.
+func FuzzExchangeReply(f *testing.F) {
+	for _, seed := range []string{
+		"+1 3 0 2000\r\n", "+0 0 1500 5000\r\n", "-NOSCRIPT No matching script\r\n", "-ERR x\r\n",
+		"*4\r\n:1\r\n:3\r\n:0\r\n:2000\r\n", "+\r\n", "+1 -1 0 0\r\n", "+1 3 0 2000 9\r\n", ":1\r\n", "$-1\r\n",
+	} {
+		f.Add(seed)
+	}
+	p, err := compileLimit("", 60, "1m", 5, 1, 1)
+	if err != nil {
+		f.Fatal(err)
+	}
+	cmd := newCommand([]*policy{p}, len(clientKey("", "")))
+	f.Fuzz(func(t *testing.T, reply string) {
+		client, server := net.Pipe()
+		defer client.Close()
+		go func() {
+			defer server.Close()
+			br := bufio.NewReader(server)
+			for {
+				if _, err := readCommand(br); err != nil {
+					return
+				}
+				if _, err := server.Write([]byte(reply)); err != nil {
+					return
+				}
+			}
+		}()
+		cn := &rconn{nc: client, br: bufio.NewReaderSize(client, 512)}
+		d := make([]int64, 4)
+		if err := exchange(cn, cmd, "tollgate:{0123456789abcdef}", d, time.Now().Add(100*time.Millisecond)); err == nil {
+			if d[0] < 0 || d[0] > 1 || d[1] < 0 || d[2] < 0 || d[3] < 0 || (d[0] == 0 && d[2] == 0) {
+				t.Fatalf("reply %q accepted as decision %v", reply, d)
+			}
+		}
+	})
+}
