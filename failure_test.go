@@ -3,6 +3,7 @@ package tollgate
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -83,24 +84,12 @@ func readCommand(br *bufio.Reader) ([]string, error) {
 			return nil, err
 		}
 		b := make([]byte, size+2)
-		if _, err := readFull(br, b); err != nil {
+		if _, err := io.ReadFull(br, b); err != nil {
 			return nil, err
 		}
 		args[i] = string(b[:size])
 	}
 	return args, nil
-}
-
-func readFull(br *bufio.Reader, b []byte) (int, error) {
-	n := 0
-	for n < len(b) {
-		m, err := br.Read(b[n:])
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
 }
 
 // handlerOn builds a middleware on addr. Each call names its own (unused:
@@ -237,7 +226,8 @@ func TestIdleConnectionsArePruned(t *testing.T) {
 	c.put(conns[1], t0)
 	c.put(conns[2], t0.Add(idleTimeout))
 	d := make([]int64, 4)
-	if err := c.check(h.top.cmd, "tollgate:{0123456789abcdef}", d, t0.Add(idleTimeout+time.Millisecond), time.Second); err != nil {
+	at := t0.Add(idleTimeout + time.Millisecond)
+	if err := c.check(h.top.cmd, "tollgate:{0123456789abcdef}", d, at, at.UnixNano(), time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if c.open != 1 || len(c.idle) != 1 || c.idle[0] != conns[2] {

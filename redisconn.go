@@ -308,9 +308,10 @@ func (cmd *command) appendCall(b, head []byte, key string) []byte {
 var noscript = []byte("-NOSCRIPT")
 
 // check runs the bucket script for the client key and stores the decision
-// in d. It gives up at now + timeout. The common case (an idle connection,
+// in d. It gives up at now + timeout; ns is now in Unix ns, which the
+// caller has already computed. The common case (an idle connection,
 // one exchange) is all it does itself; the rest is checkSlow.
-func (c *redisClient) check(cmd *command, key string, d []int64, now time.Time, timeout time.Duration) error {
+func (c *redisClient) check(cmd *command, key string, d []int64, now time.Time, ns int64, timeout time.Duration) error {
 	var cn *rconn
 	c.mu.Lock()
 	if n := len(c.idle); n > 0 {
@@ -318,7 +319,6 @@ func (c *redisClient) check(cmd *command, key string, d []int64, now time.Time, 
 		c.idle = c.idle[:n-1]
 	}
 	c.mu.Unlock()
-	ns := now.UnixNano()
 	if cn == nil || ns-cn.used >= int64(idleTimeout) {
 		return c.checkSlow(cn, cmd, key, d, now.Add(timeout))
 	}

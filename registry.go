@@ -103,7 +103,7 @@ func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings) e
 		atomic.AddInt64(&b.skipped, 1)
 		return errBreakerOpen
 	}
-	err := b.client.check(cmd, key, d, now, o.timeout)
+	err := b.client.check(cmd, key, d, now, ns, o.timeout)
 	if err != nil {
 		b.failed(ns, err, o)
 	} else if failures != 0 {
