@@ -186,6 +186,9 @@ func TestFailurePolicyCounters(t *testing.T) {
 func TestFailClosedCountsAndAnswers503(t *testing.T) {
 	h := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.FailureMode = "closed"; c.Redis.ProbeInterval = "7s" })
 	rec := serve(h, t.Name())
+	if rl := rec.Header().Get("RateLimit"); !strings.HasSuffix(rl, ";r=0;t=7") {
+		t.Fatalf("503 RateLimit %q, want r=0;t=7", rl)
+	}
 	if rec.Code != 503 || rec.Header().Get("Retry-After") != "7" || h.be.stats().Closed != 1 {
 		t.Fatalf("fail closed: %d Retry-After %q stats %+v, want 503, 7, one closed", rec.Code, rec.Header().Get("Retry-After"), h.be.stats())
 	}

@@ -18,6 +18,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,10 +174,18 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 // refuseUnavailable answers 503 when Redis is unavailable and a policy fails
 // closed.
 func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
+	retry := ceilSecs(t.set.redis.probeNS / 1e6)
 	if t.set.headers&headersIETF != 0 {
+		// No budget is known; r=0 with the retry time keeps "every
+		// response carries RateLimit" true and tells SDKs to pause.
 		rw.Header().Set("RateLimit-Policy", set.policyHeader)
+		items := make([]string, len(set.ps))
+		for i := range set.ps {
+			items[i] = set.quoted[i] + ";r=0;t=" + strconv.FormatInt(retry, 10)
+		}
+		rw.Header().Set("RateLimit", strings.Join(items, ", "))
 	}
-	writeUnavailable(rw, set, ceilSecs(t.set.redis.probeNS/1e6))
+	writeUnavailable(rw, set, retry)
 }
 
 // decide charges the request's buckets into decision d: in Redis, or, when

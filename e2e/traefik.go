@@ -1,0 +1,358 @@
+package e2e
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// ErrNoTraefik reports that the Traefik binary has not been built.
+var ErrNoTraefik = errors.New("Traefik is not built: run scripts/traefik.sh (or set TOLLGATE_TRAEFIK)")
+
+// TraefikBinary returns the Traefik to run: $TOLLGATE_TRAEFIK, else the one
+// scripts/traefik.sh builds into .build/traefik.
+func TraefikBinary() (string, error) {
+	p := os.Getenv("TOLLGATE_TRAEFIK")
+	if p == "" {
+		p = filepath.Join(RepoRoot(), ".build", "traefik")
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrNoTraefik, err)
+	}
+	return p, nil
+}
+
+// NeedTraefik decides what a test does without a Traefik binary or
+// redis-server: skip, unless CI is set, where it fails.
+func NeedTraefik(err error) (skip bool) {
+	return (errors.Is(err, ErrNoTraefik) || errors.Is(err, ErrNoRedis)) && os.Getenv("CI") == ""
+}
+
+// InstallLocalPlugin copies the plugin as Traefik's local mode wants it:
+// dir/plugins-local/src/<module>/ with the manifest, go.mod, the package's
+// non-test sources and vendor/. It is a copy, not a link, so that what
+// Traefik loads is exactly what a user would install.
+func InstallLocalPlugin(dir string) error {
+	dst := filepath.Join(dir, "plugins-local", "src", filepath.FromSlash(ModuleName))
+	root := RepoRoot()
+	return filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if info.IsDir() {
+			if rel == "." || rel == "vendor" || strings.HasPrefix(rel, "vendor"+string(filepath.Separator)) {
+				return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+			}
+			return filepath.SkipDir
+		}
+		base := filepath.Base(rel)
+		top := !strings.Contains(rel, string(filepath.Separator))
+		keep := !top || base == ".traefik.yml" || base == "go.mod" || base == "go.sum" ||
+			(strings.HasSuffix(base, ".go") && !strings.HasSuffix(base, "_test.go"))
+		if !keep {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+}
+
+// Traefik is one Traefik process: its entrypoint "web" serves the routers,
+// its entrypoint "traefik" the API, ping, pprof and Prometheus metrics.
+type Traefik struct {
+	Name string
+	Web  string // host:port of the web entrypoint
+	API  string // host:port of the traefik entrypoint
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// StartTraefik runs bin in dir (where plugins-local/ must be) with a static
+// configuration that watches dynamicFile. The extra map is merged into the
+// static configuration (e.g. "experimental" for other plugin forms).
+func StartTraefik(bin, dir, name, dynamicFile string, extra map[string]interface{}) (*Traefik, error) {
+	webPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	apiPort, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	t := &Traefik{Name: name, Web: fmt.Sprintf("127.0.0.1:%d", webPort), API: fmt.Sprintf("127.0.0.1:%d", apiPort),
+		log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
+	static := map[string]interface{}{
+		"global": map[string]interface{}{"checkNewVersion": false, "sendAnonymousUsage": false},
+		"entryPoints": map[string]interface{}{
+			"web":     map[string]interface{}{"address": t.Web},
+			"traefik": map[string]interface{}{"address": t.API},
+		},
+		"api":     map[string]interface{}{"insecure": true, "debug": true, "dashboard": false},
+		"ping":    map[string]interface{}{},
+		"metrics": map[string]interface{}{"prometheus": map[string]interface{}{}},
+		"log":     map[string]interface{}{"level": "ERROR", "noColor": true},
+		"providers": map[string]interface{}{
+			// Apply every rewrite of the dynamic file, not one per 2 s.
+			"providersThrottleDuration": "10ms",
+			"file":                      map[string]interface{}{"filename": dynamicFile, "watch": true},
+		},
+		"experimental": map[string]interface{}{
+			"localPlugins": map[string]interface{}{"tollgate": map[string]interface{}{"moduleName": ModuleName}},
+		},
+	}
+	for k, v := range extra {
+		static[k] = v
+	}
+	b, err := yaml.Marshal(static)
+	if err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(dir, name+".yml")
+	if err := os.WriteFile(conf, b, 0o644); err != nil {
+		return nil, err
+	}
+	out, err := os.Create(t.log)
+	if err != nil {
+		return nil, err
+	}
+	t.cmd = exec.Command(bin, "--configFile="+conf)
+	t.cmd.Dir = dir
+	t.cmd.Stdout, t.cmd.Stderr = out, out
+	t.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := t.cmd.Start(); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("starting traefik: %w", err)
+	}
+	go func() { _ = t.cmd.Wait(); out.Close(); close(t.done) }()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-t.done:
+			return nil, fmt.Errorf("traefik %s exited at start:\n%s", name, t.Log())
+		default:
+		}
+		if resp, err := http.Get("http://" + t.API + "/ping"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return t, nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Stop()
+	return nil, fmt.Errorf("traefik %s did not answer /ping:\n%s", name, t.Log())
+}
+
+// Stop ends the process (SIGTERM, then SIGKILL after 5 s).
+func (t *Traefik) Stop() {
+	if t.cmd == nil || t.cmd.Process == nil {
+		return
+	}
+	_ = t.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-t.done:
+	case <-time.After(5 * time.Second):
+		_ = t.cmd.Process.Kill()
+		<-t.done
+	}
+}
+
+// Log returns what the process has logged so far.
+func (t *Traefik) Log() string {
+	b, _ := os.ReadFile(t.log)
+	return string(b)
+}
+
+// URL returns the web entrypoint's URL for path.
+func (t *Traefik) URL(path string) string { return "http://" + t.Web + path }
+
+// RouterStatus returns the status Traefik's API gives the router (e.g.
+// "enabled", "disabled"), or "" when it does not know it.
+func (t *Traefik) RouterStatus(name string) string {
+	resp, err := http.Get("http://" + t.API + "/api/http/routers/" + name)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return ""
+	}
+	var r struct{ Status string }
+	b, _ := io.ReadAll(resp.Body)
+	_ = yaml.Unmarshal(b, &r) // JSON is YAML
+	return r.Status
+}
+
+// Goroutines returns the process's goroutine count (pprof).
+func (t *Traefik) Goroutines() (int, error) {
+	resp, err := http.Get("http://" + t.API + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil {
+		return 0, err
+	}
+	// "goroutine profile: total 123"
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return 0, fmt.Errorf("pprof: %q", line)
+	}
+	return strconv.Atoi(f[len(f)-1])
+}
+
+// Metric returns the sum of a Prometheus counter or gauge over its labels.
+func (t *Traefik) Metric(name string) (float64, error) {
+	resp, err := http.Get("http://" + t.API + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		f := strings.Fields(rest)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, sc.Err()
+}
+
+// Fleet is N Traefik replicas, one dynamic configuration file they all
+// watch, and a backend they all route to.
+type Fleet struct {
+	Dir      string
+	Dynamic  string // path of the dynamic configuration file
+	Backend  *Backend
+	Replicas []*Traefik
+}
+
+// StartFleet starts n replicas in dir with the dynamic configuration conf
+// (see WriteDynamic). The caller stops it with Stop.
+func StartFleet(dir string, n int, conf map[string]interface{}) (*Fleet, error) {
+	bin, err := TraefikBinary()
+	if err != nil {
+		return nil, err
+	}
+	if err := InstallLocalPlugin(dir); err != nil {
+		return nil, err
+	}
+	f := &Fleet{Dir: dir, Dynamic: filepath.Join(dir, "dynamic", "dynamic.yml")}
+	if f.Backend, err = StartBackend(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(f.Dynamic), 0o755); err != nil {
+		f.Stop()
+		return nil, err
+	}
+	if err := f.WriteDynamic(conf); err != nil {
+		f.Stop()
+		return nil, err
+	}
+	type started struct {
+		i   int
+		t   *Traefik
+		err error
+	}
+	ch := make(chan started, n)
+	for i := 0; i < n; i++ {
+		go func(i int) {
+			t, err := StartTraefik(bin, dir, fmt.Sprintf("traefik-%d", i+1), f.Dynamic, nil)
+			ch <- started{i, t, err}
+		}(i)
+	}
+	f.Replicas = make([]*Traefik, n)
+	var firstErr error
+	for i := 0; i < n; i++ {
+		s := <-ch
+		f.Replicas[s.i] = s.t
+		if s.err != nil && firstErr == nil {
+			firstErr = s.err
+		}
+	}
+	if firstErr != nil {
+		f.Stop()
+		return nil, firstErr
+	}
+	return f, nil
+}
+
+// WriteDynamic replaces the dynamic configuration atomically (write, then
+// rename, so the watchers never read half a file). The service "backend",
+// pointing at the fleet's backend, is added when conf has http.routers.
+func (f *Fleet) WriteDynamic(conf map[string]interface{}) error {
+	if h, ok := conf["http"].(map[string]interface{}); ok && f.Backend != nil {
+		if _, ok := h["services"]; !ok {
+			h["services"] = map[string]interface{}{"backend": map[string]interface{}{
+				"loadBalancer": map[string]interface{}{"servers": []interface{}{
+					map[string]interface{}{"url": "http://" + f.Backend.Addr}}}}}
+		}
+	}
+	b, err := yaml.Marshal(conf)
+	if err != nil {
+		return err
+	}
+	tmp := f.Dynamic + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, f.Dynamic)
+}
+
+// WaitRouters waits until every replica reports each router's status as
+// want ("enabled", or "" for gone).
+func (f *Fleet) WaitRouters(want string, routers ...string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for _, t := range f.Replicas {
+		for _, r := range routers {
+			for t.RouterStatus(r) != want {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("%s: router %s status %q, want %q", t.Name, r, t.RouterStatus(r), want)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	return nil
+}
+
+// Stop stops every replica and the backend.
+func (f *Fleet) Stop() {
+	for _, t := range f.Replicas {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	if f.Backend != nil {
+		f.Backend.Close()
+	}
+}
