@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,5 +316,428 @@ func TestFleetRetryAfter(t *testing.T) {
 	time.Sleep(time.Duration(ra) * time.Second)
 	if r := fe.mustSend(1, "GET", "/", key); r.status != 200 {
 		t.Fatalf("after waiting Retry-After: status %d", r.status)
+	}
+}
+
+// flow is one client sending the same request at a steady pace, round-robin
+// over the replicas.
+type flow struct {
+	key, method, path string
+	every             time.Duration
+}
+
+type sample struct {
+	flow
+	reply
+}
+
+// driver runs flows until Stop and records every reply.
+type driver struct {
+	mu      sync.Mutex
+	samples []sample
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func (fe *fleetEnv) drive(flows ...flow) *driver {
+	d := &driver{stop: make(chan struct{})}
+	for fi, f := range flows {
+		d.wg.Add(1)
+		go func(fi int, f flow) {
+			defer d.wg.Done()
+			tick := time.NewTicker(f.every)
+			defer tick.Stop()
+			for i := fi; ; i++ {
+				r := fe.send(i, f.method, f.path, f.key)
+				d.mu.Lock()
+				d.samples = append(d.samples, sample{f, r})
+				d.mu.Unlock()
+				select {
+				case <-d.stop:
+					return
+				case <-tick.C:
+				}
+			}
+		}(fi, f)
+	}
+	return d
+}
+
+// Stop ends the flows and waits for them.
+func (d *driver) Stop() {
+	close(d.stop)
+	d.wg.Wait()
+}
+
+// window returns the samples of key sent in [from, to).
+func (d *driver) window(key string, from, to time.Time) []sample {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []sample
+	for _, s := range d.samples {
+		if s.key == key && !s.at.Before(from) && s.at.Before(to) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// failures returns the samples of key, from any time, that are neither 200
+// nor 429.
+func (d *driver) failures(key string) []sample {
+	var out []sample
+	for _, s := range d.window(key, time.Time{}, time.Now().Add(time.Hour)) {
+		if s.err != nil || (s.status != 200 && s.status != 429) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (s sample) String() string {
+	if s.err != nil {
+		return fmt.Sprintf("%s %s %s at %s: %v", s.key, s.method, s.path, s.at.Format("15:04:05.000"), s.err)
+	}
+	return fmt.Sprintf("%s %s %s at %s on replica %d: %d %s", s.key, s.method, s.path, s.at.Format("15:04:05.000"), s.replica, s.status, s.body)
+}
+
+func admitted(ss []sample) (n int, perReplica map[int]int) {
+	perReplica = map[int]int{}
+	for _, s := range ss {
+		if s.err == nil && s.status == 200 {
+			n++
+			perReplica[s.replica]++
+		}
+	}
+	return n, perReplica
+}
+
+// waitScriptCalls waits until Redis has run a script and returns when.
+func waitScriptCalls(t *testing.T, r *Redis, within time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if n, err := r.ScriptCalls(); err == nil && n > 0 {
+			return time.Now()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("Redis ran no script within %v", within)
+	return time.Time{}
+}
+
+func TestFleetRedisKilled(t *testing.T) {
+	// 600 a minute, burst 20, 3 replicas: while Redis is down each replica
+	// allows 200 a minute (3.33/s) and bursts of 6. POST /login fails closed.
+	const probe = time.Second
+	fe := startFleet(t, 3, func(addr string) map[string]interface{} {
+		login := map[string]interface{}{"name": "login", "pathPrefix": "/login", "methods": []interface{}{"POST"},
+			"average": 60, "period": "1m", "burst": 10, "failureMode": "closed"}
+		return dynamicConf(route{"api", "PathPrefix(`/`)", limitOpts(addr, "average", 600, "period", "1m", "burst", 20,
+			"replicas", 3, "rules", []interface{}{login}, "redis.probeInterval", "1s")})
+	}, "api@file")
+	steady := []string{fleetKey(t, "steady1"), fleetKey(t, "steady2")}
+	runaway, login := fleetKey(t, "runaway"), fleetKey(t, "login")
+	d := fe.drive(
+		flow{steady[0], "GET", "/", 300 * time.Millisecond},
+		flow{steady[1], "GET", "/", 300 * time.Millisecond},
+		flow{runaway, "GET", "/", 10 * time.Millisecond},
+		flow{login, "POST", "/login", 200 * time.Millisecond},
+	)
+	time.Sleep(2 * time.Second)
+	killed := time.Now()
+	fe.redis.Kill()
+	const down = 4 * time.Second
+	time.Sleep(down)
+	if err := fe.redis.Restart(); err != nil {
+		d.Stop()
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	recovered := waitScriptCalls(t, fe.redis, probe+time.Second)
+	time.Sleep(2 * time.Second)
+	before, _ := fe.redis.ScriptCalls()
+	from := time.Now()
+	time.Sleep(2 * time.Second)
+	to := time.Now()
+	after, _ := fe.redis.ScriptCalls()
+	d.Stop()
+
+	// Fail-open: nothing on GET failed, before, during or after.
+	for _, k := range append(steady, runaway) {
+		if f := d.failures(k); len(f) > 0 {
+			t.Fatalf("%d failed requests on a fail-open route, first: %v", len(f), f[0])
+		}
+	}
+	for _, k := range steady {
+		ss := d.window(k, time.Time{}, to)
+		if n, _ := admitted(ss); n != len(ss) {
+			t.Fatalf("steady key %s: %d of %d admitted", k, n, len(ss))
+		}
+	}
+	// The runaway key is held near each replica's local share.
+	ss := d.window(runaway, killed, restarted)
+	n, per := admitted(ss)
+	secs := restarted.Sub(killed).Seconds()
+	share := 6 + 200.0/60*secs // one replica's local bucket over the outage
+	if float64(n) > 3*share+3 || float64(n) < share {
+		t.Fatalf("runaway key admitted %d of %d while Redis was down (%.1f s), want about 3 x %.0f", n, len(ss), secs, share)
+	}
+	for rep, c := range per {
+		if float64(c) > share+2 {
+			t.Fatalf("replica %d admitted %d for the runaway key while Redis was down, local share %.0f", rep, c, share)
+		}
+	}
+	// The login rule fails closed: 503 problem+json with Retry-After.
+	var closed int
+	for _, s := range d.window(login, killed.Add(100*time.Millisecond), restarted) {
+		if s.err != nil || s.status != 503 {
+			t.Fatalf("POST /login while Redis was down: %v, want 503", s)
+		}
+		if s.header.Get("Retry-After") != "1" || s.header.Get("Content-Type") != "application/problem+json" || s.header.Get("RateLimit") == "" {
+			t.Fatalf("503 headers %v", s.header)
+		}
+		closed++
+	}
+	if closed < 5 {
+		t.Fatalf("only %d POST /login answered while Redis was down", closed)
+	}
+	// Recovery: Redis sees checks again within probeInterval + 1 s, and
+	// then every request is checked there.
+	t.Logf("Redis down %.1f s; runaway admitted %d (%v) of %d; scripts again %v after restart; %d script calls for the last 2 s",
+		secs, n, per, len(ss), recovered.Sub(restarted).Round(time.Millisecond), after-before)
+	var sent int
+	for _, k := range append(steady, runaway, login) {
+		sent += len(d.window(k, from, to))
+	}
+	if after-before < int64(sent)*9/10 {
+		t.Fatalf("after recovery Redis ran %d scripts for %d requests", after-before, sent)
+	}
+}
+
+// percentile returns the p-th percentile (0-100) of the latencies.
+func percentile(ss []sample, p float64) time.Duration {
+	var ls []time.Duration
+	for _, s := range ss {
+		ls = append(ls, s.latency)
+	}
+	if len(ls) == 0 {
+		return 0
+	}
+	sort.Slice(ls, func(i, j int) bool { return ls[i] < ls[j] })
+	return ls[int(float64(len(ls)-1)*p/100)]
+}
+
+func TestFleetRedisFrozen(t *testing.T) {
+	// SIGSTOP: connections stay open and nothing answers. Each check gives
+	// up after the timeout (5 ms); the breaker then stops trying.
+	fe := startFleet(t, 3, func(addr string) map[string]interface{} {
+		return dynamicConf(route{"api", "PathPrefix(`/`)", limitOpts(addr, "average", 6000, "period", "1m", "burst", 100,
+			"replicas", 3, "redis.timeout", "5ms", "redis.probeInterval", "1s")})
+	}, "api@file")
+	var flows []flow
+	var keys []string
+	for i := 0; i < 3; i++ {
+		keys = append(keys, fleetKey(t, strconv.Itoa(i)))
+		flows = append(flows, flow{keys[i], "GET", "/", 20 * time.Millisecond})
+	}
+	d := fe.drive(flows...)
+	time.Sleep(500 * time.Millisecond) // connections dialled
+	started := time.Now()
+	time.Sleep(3 * time.Second)
+	paused := time.Now()
+	if err := fe.redis.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	resumed := time.Now()
+	_ = fe.redis.Resume()
+	time.Sleep(time.Second)
+	d.Stop()
+	var base, stall []sample
+	for _, k := range keys {
+		if f := d.failures(k); len(f) > 0 {
+			t.Fatalf("%d failed requests, first: %v", len(f), f[0])
+		}
+		base = append(base, d.window(k, started, paused)...)
+		stall = append(stall, d.window(k, paused, resumed)...)
+	}
+	p99b, p99s := percentile(base, 99), percentile(stall, 99)
+	t.Logf("p50/p99 latency: %v/%v with Redis, %v/%v while frozen (%d, %d requests)",
+		percentile(base, 50), p99b, percentile(stall, 50), p99s, len(base), len(stall))
+	if p99s-p99b > 6*time.Millisecond {
+		t.Fatalf("frozen Redis added %v at p99, want at most timeout (5 ms) + 1 ms", p99s-p99b)
+	}
+}
+
+func TestFleetRedisRestartedAndFlushed(t *testing.T) {
+	// /strict fails closed, so a check that Redis did not answer shows as a
+	// 503: SCRIPT FLUSH must be invisible (NOSCRIPT, then EVAL). / fails
+	// open: a restart of Redis, empty, must not fail a request.
+	fe := startFleet(t, 3, func(addr string) map[string]interface{} {
+		return dynamicConf(
+			route{"api", "PathPrefix(`/`)", limitOpts(addr, "average", 6000, "period", "1m", "burst", 100, "redis.probeInterval", "1s")},
+			route{"strict", "PathPrefix(`/strict`)", limitOpts(addr, "average", 6000, "period", "1m", "burst", 100,
+				"failureMode", "closed", "redis.timeout", "1s")})
+	}, "api@file", "strict@file")
+	open, strict := fleetKey(t, "open"), fleetKey(t, "strict")
+	d := fe.drive(flow{open, "GET", "/", 10 * time.Millisecond}, flow{strict, "GET", "/strict", 10 * time.Millisecond})
+	time.Sleep(time.Second)
+	evals, _ := fe.redis.Calls("eval")
+	if _, err := fe.redis.Do("SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	evalsAfter, _ := fe.redis.Calls("eval")
+	if f := d.failures(strict); len(f) > 0 {
+		d.Stop()
+		t.Fatalf("after SCRIPT FLUSH %d requests failed, first: %v", len(f), f[0])
+	}
+	if evalsAfter <= evals {
+		d.Stop()
+		t.Fatalf("no EVAL after SCRIPT FLUSH (%d before, %d after): the flush was not seen", evals, evalsAfter)
+	}
+	if err := fe.redis.Restart(); err != nil {
+		d.Stop()
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	recovered := waitScriptCalls(t, fe.redis, 2*time.Second)
+	time.Sleep(time.Second)
+	d.Stop()
+	if f := d.failures(open); len(f) > 0 {
+		t.Fatalf("Redis restart: %d failed requests on a fail-open route, first: %v", len(f), f[0])
+	}
+	t.Logf("SCRIPT FLUSH: %d EVAL after; restart: scripts again after %v", evalsAfter-evals, recovered.Sub(restarted).Round(time.Millisecond))
+}
+
+func TestFleetReload(t *testing.T) {
+	// 200 rewrites of the dynamic file under traffic, changing limits and
+	// adding and removing routers (each with its own Tollgate middleware):
+	// Traefik calls New for each, with no close hook.
+	var addr string
+	conf := func(i int, average int) map[string]interface{} {
+		routes := []route{{"api", "PathPrefix(`/`)", limitOpts(addr, "average", average, "period", "1m", "burst", 1000)}}
+		for j := 0; j < i%4; j++ {
+			routes = append(routes, route{fmt.Sprintf("extra%d", j), fmt.Sprintf("PathPrefix(`/extra%d`)", j),
+				limitOpts(addr, "average", 50+i, "period", "1m", "burst", 10, "class", fmt.Sprintf("extra%d", j))})
+		}
+		return dynamicConf(routes...)
+	}
+	fe := startFleet(t, 3, func(a string) map[string]interface{} { addr = a; return conf(0, 100000) }, "api@file")
+	keys := []string{fleetKey(t, "a"), fleetKey(t, "b"), fleetKey(t, "c")}
+	d := fe.drive(flow{keys[0], "GET", "/", 10 * time.Millisecond}, flow{keys[1], "GET", "/", 10 * time.Millisecond},
+		flow{keys[2], "GET", "/extra0", 10 * time.Millisecond})
+	time.Sleep(time.Second)
+	clients0, err := fe.redis.Clients()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g0, r0 []float64
+	for _, tr := range fe.fleet.Replicas {
+		g, err := tr.Goroutines()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := tr.Metric("traefik_config_reloads_total")
+		g0, r0 = append(g0, float64(g)), append(r0, r)
+	}
+	// Each rewrite is waited for until every replica has applied it
+	// (Traefik coalesces rewrites that come faster than it applies them).
+	applied := append([]float64(nil), r0...)
+	for i := 1; i <= 200; i++ {
+		if err := fe.fleet.WriteDynamic(conf(i, 100000+i)); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for j, tr := range fe.fleet.Replicas {
+			for {
+				r, err := tr.Metric("traefik_config_reloads_total")
+				if err == nil && r > applied[j] {
+					applied[j] = r
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s did not apply rewrite %d", tr.Name, i)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	// The last configuration: the starting routers, a new limit.
+	if err := fe.fleet.WriteDynamic(conf(0, 777)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i := range fe.fleet.Replicas {
+		for fe.mustSend(i, "GET", "/", "probe").header.Get("RateLimit-Policy") != `"api-limit@file";q=777;w=60` {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d: the last configuration is not in force", i)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := fe.fleet.WaitRouters("", "extra0@file"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // let Traefik finish closing the old handlers
+	d.Stop()
+	for _, k := range keys[:2] {
+		if f := d.failures(k); len(f) > 0 {
+			t.Fatalf("%d requests failed during the reloads, first: %v", len(f), f[0])
+		}
+	}
+	clients1, _ := fe.redis.Clients()
+	t.Logf("Redis connected clients: %d before, %d after", clients0, clients1)
+	// Every New shares its replica's pool: the connections are bounded by
+	// the concurrent requests (3 flows on each of 3 replicas, plus this
+	// query's), not by the number of reloads.
+	if clients1 > 3*3+1 {
+		t.Fatalf("Redis connected clients: %d before 200 reloads, %d after", clients0, clients1)
+	}
+	for i, tr := range fe.fleet.Replicas {
+		g, err := tr.Goroutines()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := tr.Metric("traefik_config_reloads_total")
+		t.Logf("%s: %d reloads applied; goroutines %v before, %d after", tr.Name, int(r-r0[i]), g0[i], g)
+		if float64(g) > g0[i]*1.2+10 {
+			t.Fatalf("%s: %v goroutines before 200 reloads, %d after", tr.Name, g0[i], g)
+		}
+	}
+}
+
+func TestFleetBadConfig(t *testing.T) {
+	// A bad middleware configuration is the plugin's error in Traefik's log,
+	// naming the field; its router is not served; the others are.
+	fe := startFleet(t, 1, func(addr string) map[string]interface{} {
+		return dynamicConf(
+			route{"good", "PathPrefix(`/good`)", limitOpts(addr, "average", 100, "burst", 10)},
+			route{"negative", "PathPrefix(`/negative`)", limitOpts(addr, "average", 100, "burst", -3)},
+			route{"duration", "PathPrefix(`/duration`)", limitOpts(addr, "average", 100, "period", "fortnight")},
+		)
+	}, "good@file")
+	tr := fe.fleet.Replicas[0]
+	for _, c := range []struct{ router, path, logged string }{
+		{"negative@file", "/negative", "burst: -3 is negative"},
+		{"duration@file", "/duration", `period: \"fortnight\" is not a duration`},
+	} {
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(tr.Log(), c.logged) {
+			if time.Now().After(deadline) {
+				t.Fatalf("Traefik's log does not carry %q:\n%s", c.logged, tr.Log())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if st := tr.RouterStatus(c.router); st == "enabled" {
+			t.Fatalf("router %s is %q", c.router, st)
+		}
+		if r := fe.mustSend(0, "GET", c.path, "k"); r.status == 200 || r.header.Get("RateLimit") != "" {
+			t.Fatalf("GET %s on a router with a bad middleware: %d %v", c.path, r.status, r.header)
+		}
+	}
+	if r := fe.mustSend(0, "GET", "/good", "k"); r.status != 200 || r.header.Get("RateLimit") == "" {
+		t.Fatalf("GET /good on the good router: %d %v", r.status, r.header)
 	}
 }
