@@ -26,9 +26,13 @@ unit:
 yaegi:
 	scripts/yaegi-test.sh
 
+# The scenario suite (compiled and through the Yaegi loader), the catalog
+# form through Traefik's own plugin manager, and the fleet suite: three real
+# Traefik replicas (built once by scripts/traefik.sh into .build/) in front
+# of one redis-server.
 e2e:
 	scripts/deps.sh
-	cd e2e && go test -count=1 ./...
+	TOLLGATE_TRAEFIK=$$(scripts/traefik.sh) && cd e2e && TOLLGATE_TRAEFIK=$$TOLLGATE_TRAEFIK go test -count=1 -timeout 30m ./...
 
 # Per-check latency, allocation and throughput, compiled and interpreted.
 bench:
