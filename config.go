@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -49,6 +50,12 @@ type Config struct {
 	// RateLimit), "legacy" (X-RateLimit-Limit/Remaining/Reset), "both" or
 	// "none". Default "ietf".
 	Headers string `json:"headers,omitempty" yaml:"headers,omitempty" toml:"headers,omitempty"`
+	// DecisionHeader names a response header telling how the request was
+	// decided: "redis", "local" (Redis unavailable, the local fallback
+	// decided) or "unavailable" (503, a policy fails closed). For access
+	// logs and dashboards (Traefik's access log can keep response headers).
+	// Empty (default): not sent.
+	DecisionHeader string `json:"decisionHeader,omitempty" yaml:"decisionHeader,omitempty" toml:"decisionHeader,omitempty"`
 	// Redis is the shared store.
 	Redis RedisConfig `json:"redis,omitempty" yaml:"redis,omitempty" toml:"redis,omitempty"`
 }
@@ -181,8 +188,22 @@ type settings struct {
 	rules    []*policy
 	source   sourceCriterion
 	headers  int
+	decision string // DecisionHeader, canonical; "" when off
 	redis    redisSettings
 	disabled bool // no policy at all
+}
+
+// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
+func validHeaderName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return s != ""
 }
 
 // parseDuration accepts a Go duration or bare (possibly fractional) seconds,
@@ -410,6 +431,12 @@ func compile(cfg *Config, name string) (*settings, error) {
 		s.headers = 0
 	default:
 		return nil, fmt.Errorf("headers: %q is not ietf, legacy, both or none", cfg.Headers)
+	}
+	if h := strings.TrimSpace(cfg.DecisionHeader); h != "" {
+		if !validHeaderName(h) {
+			return nil, fmt.Errorf("decisionHeader: %q is not a header name", cfg.DecisionHeader)
+		}
+		s.decision = http.CanonicalHeaderKey(h)
 	}
 	if s.source, err = compileSource(cfg.SourceCriterion); err != nil {
 		return nil, err

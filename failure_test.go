@@ -18,9 +18,10 @@ import (
 // +OK. An in-process fake, for unit tests of reply handling only: the
 // behaviour against Redis itself is tested against real redis-servers in e2e.
 type fakeRedis struct {
-	l     net.Listener
-	reply string
-	evals int64
+	l       net.Listener
+	reply   string
+	evals   int64
+	setName int64 // Unix ns: CLIENT SETNAME is answered no sooner (a slow dial)
 }
 
 func startFake(t *testing.T, reply string) *fakeRedis {
@@ -54,6 +55,9 @@ func (f *fakeRedis) conn(c net.Conn) {
 			return
 		}
 		reply := "+OK\r\n"
+		if args[0] == "CLIENT" {
+			time.Sleep(time.Until(time.Unix(0, atomic.LoadInt64(&f.setName))))
+		}
 		if args[0] == "EVALSHA" || args[0] == "EVAL" {
 			atomic.AddInt64(&f.evals, 1)
 			reply = f.reply
@@ -218,9 +222,9 @@ func TestIdleConnectionsArePruned(t *testing.T) {
 	t0 := time.Now()
 	var conns []*rconn
 	for i := 0; i < 3; i++ {
-		cn, fresh, err := c.get(t0.Add(time.Second))
-		if err != nil || !fresh {
-			t.Fatalf("dial %d: fresh=%t err=%v", i, fresh, err)
+		cn, err := c.get(t0.Add(time.Second))
+		if err != nil {
+			t.Fatalf("get %d: %v", i, err)
 		}
 		conns = append(conns, cn)
 	}
@@ -254,5 +258,84 @@ func TestMultiBucketRepliesAreChecked(t *testing.T) {
 				t.Fatalf("RateLimit = %q, want %q (bad replies fall back to the local buckets)", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestDecisionHeader(t *testing.T) {
+	// (Each handler is held in a variable: Yaegi cannot pass a call's
+	// *Tollgate result straight as an http.Handler argument.)
+	f := startFake(t, "+1 4 0 1000\r\n")
+	withHeader := func(c *Config) { c.DecisionHeader = "x-tollgate-decision" }
+	var h http.Handler = handlerOn(t, f.l.Addr().String(), withHeader)
+	if got := serve(h, t.Name()).Header().Get("X-Tollgate-Decision"); got != "redis" {
+		t.Fatalf("decided by Redis: header %q, want redis", got)
+	}
+	h = handlerOn(t, "127.0.0.1:1", withHeader)
+	if got := serve(h, t.Name()).Header().Get("X-Tollgate-Decision"); got != "local" {
+		t.Fatalf("Redis unavailable: header %q, want local", got)
+	}
+	h = handlerOn(t, "127.0.0.1:1", func(c *Config) { withHeader(c); c.FailureMode = "closed" })
+	if rec := serve(h, t.Name()); rec.Code != 503 || rec.Header().Get("X-Tollgate-Decision") != "unavailable" {
+		t.Fatalf("fail closed: %d, header %q, want 503 unavailable", rec.Code, rec.Header().Get("X-Tollgate-Decision"))
+	}
+	h = handlerOn(t, f.l.Addr().String(), nil)
+	if hd := serve(h, t.Name()).Header(); len(hd.Values("X-Tollgate-Decision")) != 0 {
+		t.Fatalf("decision header sent without decisionHeader: %v", hd)
+	}
+}
+
+func TestNewWarmsThePool(t *testing.T) {
+	f := startFake(t, "+1 3 0 2000\r\n")
+	h := handlerOn(t, f.l.Addr().String(), nil)
+	c := h.be.client
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		c.mu.Lock()
+		idle := len(c.idle)
+		c.mu.Unlock()
+		if idle == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no connection pooled after New")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if n := atomic.LoadInt64(&f.evals); n != 0 {
+		t.Fatalf("%d checks before any request", n)
+	}
+}
+
+func TestSlowDialIsNotWasted(t *testing.T) {
+	// The dial takes 300 ms, the check's budget is 20 ms: the check falls
+	// back, and the connection dialled for it serves the next check.
+	f := startFake(t, "+1 3 0 2000\r\n")
+	atomic.StoreInt64(&f.setName, time.Now().Add(10*time.Second).UnixNano())
+	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Timeout = "20ms"; c.Redis.BreakerThreshold = 100 })
+	// New's warm-up dial is stuck too; take it out of the count.
+	time.Sleep(50 * time.Millisecond)
+	atomic.StoreInt64(&f.setName, time.Now().Add(300*time.Millisecond).UnixNano())
+	h.be.client.setPoolSize(2)
+	start := time.Now()
+	if serve(h, t.Name()); h.be.stats().Fallbacks != 1 {
+		t.Fatalf("stats %+v: want the first check to fall back", h.be.stats())
+	}
+	if el := time.Since(start); el > 200*time.Millisecond {
+		t.Fatalf("the first check took %v, its budget is 20 ms", el)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if rec := serve(h, t.Name()); rec.Code != 200 || h.be.stats().Fallbacks != 1 || atomic.LoadInt64(&f.evals) != 1 {
+		t.Fatalf("second check: %d, stats %+v, %d evals; want it answered by Redis", rec.Code, h.be.stats(), f.evals)
+	}
+}
+
+func TestRefusedDialFailsFast(t *testing.T) {
+	// Nothing listens: the check falls back as soon as the dial is
+	// refused, not when its (long) budget runs out.
+	h := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Redis.Timeout = "3s" })
+	start := time.Now()
+	serve(h, t.Name())
+	if el := time.Since(start); el > time.Second || h.be.stats().Fallbacks != 1 {
+		t.Fatalf("refused dial: %v, stats %+v; want a fallback well before the 3 s budget", el, h.be.stats())
 	}
 }

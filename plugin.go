@@ -157,7 +157,11 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		return
 	}
 	d := make([]int64, set.decisionLen)
-	if !t.decide(set, clientKey(t.set.class, t.set.source.identity(req)), d) {
+	how := t.decide(set, clientKey(t.set.class, t.set.source.identity(req)), d)
+	if t.set.decision != "" {
+		rw.Header().Set(t.set.decision, decisionNames[how])
+	}
+	if how == decidedUnavailable {
 		t.refuseUnavailable(rw, set)
 		return
 	}
@@ -188,23 +192,32 @@ func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
 	writeUnavailable(rw, set, retry)
 }
 
+// How a request was decided (DecisionHeader).
+const (
+	decidedRedis = iota
+	decidedLocal
+	decidedUnavailable
+)
+
+var decisionNames = [...]string{"redis", "local", "unavailable"}
+
 // decide charges the request's buckets into decision d: in Redis, or, when
 // Redis is unavailable, in the local fallback (failure policy: see
-// fallback.go). It returns false when Redis is unavailable and a policy
-// fails closed.
-func (t *Tollgate) decide(set *policySet, key string, d []int64) bool {
+// fallback.go). It returns decidedUnavailable when Redis is unavailable and
+// a policy fails closed.
+func (t *Tollgate) decide(set *policySet, key string, d []int64) int {
 	if t.be.check(set.cmd, key, d, &t.set.redis) == nil {
-		return true
+		return decidedRedis
 	}
 	return t.fallback(set, key, d)
 }
 
 // fallback decides without Redis: 503 (false) when a policy fails closed,
 // else the local buckets decide.
-func (t *Tollgate) fallback(set *policySet, key string, d []int64) bool {
+func (t *Tollgate) fallback(set *policySet, key string, d []int64) int {
 	if set.failClosed {
 		atomic.AddInt64(&t.be.closed, 1)
-		return false
+		return decidedUnavailable
 	}
 	atomic.AddInt64(&t.be.fallbacks, 1)
 	keys := make([]string, len(set.ps))
@@ -212,5 +225,5 @@ func (t *Tollgate) fallback(set *policySet, key string, d []int64) bool {
 		keys[i] = key + p.keySuffix
 	}
 	t.local.take(keys, set.locals, d)
-	return true
+	return decidedLocal
 }

@@ -6,8 +6,14 @@ package tollgate
 // bufio. Under Yaegi this is about a third of the cost of redigo's
 // Pool + Script.Do (see BENCHMARKS in the README).
 //
-// No goroutines and no select: every exchange runs under one absolute
-// deadline set on the connection, and the pool is a mutex-guarded stack.
+// No select: every exchange runs under one absolute deadline set on the
+// connection, and the pool is a mutex-guarded stack. Connections are dialled
+// off the request's clock, by a goroutine that ends within dialTimeout and
+// puts its connection in the pool (at most poolSize connections, dialling or
+// open, exist at once); the check that asked for it waits within its own
+// timeout and fails at once if the dial does. So a slow first dial (a cold
+// interpreter, a TLS handshake to a distant Redis) is not thrown away when
+// the check gives up, and New warms the pool the same way.
 
 import (
 	"bufio"
@@ -25,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -33,6 +40,7 @@ import (
 // Errors a caller may branch on.
 var (
 	errPoolExhausted = errors.New("tollgate: redis connection pool exhausted")
+	errDialing       = errors.New("tollgate: redis connection not ready within the timeout")
 	errBreakerOpen   = errors.New("tollgate: redis circuit breaker open")
 	errBadReply      = errors.New("tollgate: unexpected reply from redis")
 )
@@ -45,6 +53,10 @@ var bucketSHA = func() string {
 
 // idleTimeout closes pooled connections unused for this long.
 const idleTimeout = time.Minute
+
+// dialTimeout bounds a dial (connect, TLS, AUTH, SELECT): it does not run on
+// a request's clock, see dialAsync.
+const dialTimeout = 2 * time.Second
 
 // redisClient is a pool of connections to one Redis endpoint.
 //
@@ -121,18 +133,18 @@ func tlsConfig(set redisSettings) (*tls.Config, error) {
 const poolPoll = 100 * time.Microsecond
 
 // get is the slow path of taking a connection: an idle one not yet expired,
-// or a new dial; fresh reports a new dial. When poolSize connections are
+// or a new dial (dialAsync). When poolSize connections are
 // busy it waits for one, polling (no channel, no select: see STYLE.md),
 // until deadline, then fails with errPoolExhausted.
-func (c *redisClient) get(deadline time.Time) (cn *rconn, fresh bool, err error) {
+func (c *redisClient) get(deadline time.Time) (cn *rconn, err error) {
 	for {
-		cn, fresh, err = c.tryGet(deadline)
+		cn, err = c.tryGet(deadline)
 		if err != errPoolExhausted {
-			return cn, fresh, err
+			return cn, err
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
-			return nil, false, err
+			return nil, err
 		}
 		if wait > poolPoll {
 			wait = poolPoll
@@ -142,7 +154,7 @@ func (c *redisClient) get(deadline time.Time) (cn *rconn, fresh bool, err error)
 }
 
 // tryGet is get without waiting.
-func (c *redisClient) tryGet(deadline time.Time) (cn *rconn, fresh bool, err error) {
+func (c *redisClient) tryGet(deadline time.Time) (cn *rconn, err error) {
 	now := c.now().UnixNano()
 	c.mu.Lock()
 	for len(c.idle) > 0 {
@@ -151,7 +163,7 @@ func (c *redisClient) tryGet(deadline time.Time) (cn *rconn, fresh bool, err err
 		c.idle = c.idle[:len(c.idle)-1]
 		if now-cn.used < int64(idleTimeout) {
 			c.mu.Unlock()
-			return cn, false, nil
+			return cn, nil
 		}
 		c.open--
 		_ = cn.nc.Close()
@@ -159,18 +171,75 @@ func (c *redisClient) tryGet(deadline time.Time) (cn *rconn, fresh bool, err err
 	}
 	if c.open >= c.poolSize {
 		c.mu.Unlock()
-		return nil, false, errPoolExhausted
+		return nil, errPoolExhausted
 	}
 	c.open++
 	c.mu.Unlock()
-	cn, err = c.dial(deadline)
+	p := &pendingDial{}
+	go c.dialAsync(p)
+	return c.awaitDial(p, deadline)
+}
+
+// pendingDial is one dialAsync's outcome: err is written before done is set.
+type pendingDial struct {
+	done int32
+	err  error
+}
+
+// dialAsync dials within dialTimeout and pools the connection; on failure
+// it gives back the slot taken for it (open). The caller has taken it.
+func (c *redisClient) dialAsync(p *pendingDial) {
+	cn, err := c.dial(c.now().Add(dialTimeout))
+	c.mu.Lock()
 	if err != nil {
-		c.mu.Lock()
 		c.open--
-		c.mu.Unlock()
-		return nil, false, err
+	} else {
+		cn.used = c.now().UnixNano()
+		c.idle = append(c.idle, cn)
 	}
-	return cn, true, nil
+	c.mu.Unlock()
+	p.err = err
+	atomic.StoreInt32(&p.done, 1)
+}
+
+// awaitDial waits until deadline for an idle connection (the one p dials,
+// or any other returned meanwhile), failing at once with p's error.
+func (c *redisClient) awaitDial(p *pendingDial, deadline time.Time) (*rconn, error) {
+	for {
+		c.mu.Lock()
+		if n := len(c.idle); n > 0 {
+			cn := c.idle[n-1]
+			c.idle[n-1] = nil
+			c.idle = c.idle[:n-1]
+			c.mu.Unlock()
+			return cn, nil
+		}
+		c.mu.Unlock()
+		if atomic.LoadInt32(&p.done) == 1 && p.err != nil {
+			return nil, p.err
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return nil, errDialing
+		}
+		if wait > poolPoll {
+			wait = poolPoll
+		}
+		time.Sleep(wait)
+	}
+}
+
+// warm starts a dial when the pool has no connection, so that the first
+// check finds one (New calls it: Traefik builds middlewares before traffic).
+func (c *redisClient) warm() {
+	c.mu.Lock()
+	if c.open > 0 || c.poolSize <= 0 {
+		c.mu.Unlock()
+		return
+	}
+	c.open++
+	c.mu.Unlock()
+	go c.dialAsync(&pendingDial{})
 }
 
 // discard closes a connection that failed.
@@ -356,15 +425,11 @@ func (c *redisClient) checkSlow(expired *rconn, cmd *command, key string, d []in
 	if expired != nil {
 		c.discard(expired)
 	}
-	cn, fresh, err := c.get(deadline)
+	cn, err := c.get(deadline)
 	if err != nil {
 		return err
 	}
 	if err = exchange(cn, cmd, key, d, deadline); err != nil {
-		if fresh {
-			c.discard(cn)
-			return err
-		}
 		return c.retry(cn, cmd, key, d, deadline, err)
 	}
 	c.put(cn, c.now())
@@ -381,7 +446,7 @@ func (c *redisClient) retry(cn *rconn, cmd *command, key string, d []int64, dead
 		return err
 	}
 	c.closeIdle()
-	if cn, _, err = c.get(deadline); err != nil {
+	if cn, err = c.get(deadline); err != nil {
 		return err
 	}
 	if err = exchange(cn, cmd, key, d, deadline); err != nil {

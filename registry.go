@@ -70,6 +70,7 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 		lastUsed: now.UnixNano(),
 	}
 	r.backends[key] = b
+	client.warm()
 	return b, nil
 }
 

@@ -434,7 +434,7 @@ func TestFleetRedisKilled(t *testing.T) {
 		login := map[string]interface{}{"name": "login", "pathPrefix": "/login", "methods": []interface{}{"POST"},
 			"average": 60, "period": "1m", "burst": 10, "failureMode": "closed"}
 		return dynamicConf(route{"api", "PathPrefix(`/`)", limitOpts(addr, "average", 600, "period", "1m", "burst", 20,
-			"replicas", 3, "rules", []interface{}{login}, "redis.probeInterval", "1s")})
+			"replicas", 3, "rules", []interface{}{login}, "redis.probeInterval", "1s", "decisionHeader", "X-Tollgate-Decision")})
 	}, "api@file")
 	steady := []string{fleetKey(t, "steady1"), fleetKey(t, "steady2")}
 	runaway, login := fleetKey(t, "runaway"), fleetKey(t, "login")
@@ -473,6 +473,18 @@ func TestFleetRedisKilled(t *testing.T) {
 		ss := d.window(k, time.Time{}, to)
 		if n, _ := admitted(ss); n != len(ss) {
 			t.Fatalf("steady key %s: %d of %d admitted", k, n, len(ss))
+		}
+	}
+	// Who decided: Redis before the kill, the local buckets during the
+	// outage (the decision header, as an access log would record it).
+	for _, s := range d.window(runaway, time.Time{}, killed.Add(-50*time.Millisecond)) { // not in flight at the kill
+		if got := s.header.Get("X-Tollgate-Decision"); got != "redis" {
+			t.Fatalf("before the kill: %v decided by %q", s, got)
+		}
+	}
+	for _, s := range d.window(runaway, killed.Add(50*time.Millisecond), restarted) {
+		if got := s.header.Get("X-Tollgate-Decision"); got != "local" {
+			t.Fatalf("Redis down: %v decided by %q", s, got)
 		}
 	}
 	// The runaway key is held near each replica's local share.
