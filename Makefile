@@ -1,12 +1,13 @@
 # Tollgate: the two commands a newcomer needs are `make demo` and `make test`.
 .PHONY: demo test check unit yaegi e2e bench vendor
 
-# A live demo: three replicas (each the plugin under its own Yaegi
-# interpreter, as Traefik loads it) sharing one redis-server; Redis is
-# killed and restarted midway. About 45 seconds.
+# A live demo: three real Traefik replicas with Tollgate sharing one
+# redis-server; Redis is killed and restarted midway. About a minute (plus
+# Traefik's first build, 10-15 minutes). `make demo ARGS=-keep` leaves the
+# fleet up.
 demo:
 	scripts/deps.sh
-	cd e2e && go run ./cmd/demo
+	TOLLGATE_TRAEFIK=$$(scripts/traefik.sh) && cd e2e && TOLLGATE_TRAEFIK=$$TOLLGATE_TRAEFIK go run ./cmd/demo $(ARGS)
 
 # Everything: static checks, unit tests compiled and under `yaegi test`, and
 # the scenario suite against real redis-servers, compiled and through the

@@ -1,16 +1,18 @@
-// Command demo runs a small Tollgate fleet on loopback and drives it: a real
-// redis-server, a backend, and three "replicas", each an HTTP server whose
-// middleware is the plugin loaded by its own Yaegi interpreter exactly as
-// Traefik loads it (so each has its own fallback buckets, like separate
-// Traefik processes). Limit: 100 requests/minute, burst 20, per X-API-Key.
+// Command demo runs a real Tollgate fleet on loopback and drives it: a
+// redis-server, a backend, and three Traefik replicas (the binary
+// scripts/traefik.sh builds) loading the plugin in local mode from one
+// dynamic configuration file. Limit: 100 requests/minute, burst 20, per
+// X-API-Key, shared by the three replicas.
 //
 // Traffic goes round-robin over the replicas from three keys: alice (1/s),
-// bob (about 86/minute, under the limit) and runaway (30/s). Once a second it prints what each replica
-// allowed and refused, and the runaway key's total against its budget.
-// Midway it kills Redis (the replicas fall back to local buckets of
-// 100/3 per minute, burst 20/3), then restarts it (global limiting resumes).
+// bob (about 86/minute, under the limit) and runaway (30/s). Once a second
+// it prints, per replica and in total, the requests allowed, denied (429)
+// and decided by the local fallback (the X-Tollgate-Decision header), and
+// the runaway key's admissions against its budget. Midway it kills Redis
+// (each replica falls back to a local bucket of 100/3 per minute, burst 6),
+// then restarts it (global limiting resumes after the breaker's probe).
 //
-//	go run ./cmd/demo            # about 45 s, then cleans up
+//	go run ./cmd/demo            # about a minute, then cleans up
 //	go run ./cmd/demo -keep      # leaves the fleet up and prints curl commands
 package main
 
@@ -19,12 +21,10 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,23 +33,18 @@ import (
 	"github.com/tollgate-dev/tollgate/e2e"
 )
 
-type counters struct{ ok, refused, failed int64 }
+// tally counts outcomes; the fields are updated atomically.
+type tally struct{ ok, denied, local, failed int64 }
 
-type replica struct {
-	name   string
-	addr   string
-	server *http.Server
-	runway counters // the runaway key's outcomes on this replica
+func (t *tally) reset() {
+	atomic.StoreInt64(&t.ok, 0)
+	atomic.StoreInt64(&t.denied, 0)
+	atomic.StoreInt64(&t.local, 0)
+	atomic.StoreInt64(&t.failed, 0)
 }
 
-func serve(h http.Handler) (*http.Server, string) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	s := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = s.Serve(l) }()
-	return s, l.Addr().String()
+func (t *tally) String() string {
+	return fmt.Sprintf("%3d %3d %3d", atomic.LoadInt64(&t.ok), atomic.LoadInt64(&t.denied), atomic.LoadInt64(&t.local))
 }
 
 func main() {
@@ -57,75 +52,102 @@ func main() {
 	phase := flag.Duration("phase", 15*time.Second, "length of each phase: Redis up, Redis down, Redis back")
 	flag.Parse()
 	log.SetFlags(0)
-
-	lab, err := e2e.NewLab("tollgate-demo")
-	if err != nil {
+	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	if err := run(ctx, *phase, *keep); err != nil {
 		log.Fatal(err)
 	}
-	defer lab.Close()
-	r, gp := lab.Redis, lab.GoPath
+}
 
-	backend, backendAddr := serve(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
-		_, _ = rw.Write([]byte("hello from the backend\n"))
-	}))
-	defer backend.Close()
-	target, _ := url.Parse("http://" + backendAddr)
-
-	options := map[string]interface{}{
-		"average": "100", "period": "1m", "burst": "20", "replicas": "3", "class": "api",
-		"sourceCriterion": map[string]interface{}{"requestHeaderName": "X-API-Key"},
-		"redis":           map[string]interface{}{"endpoints": r.Addr, "timeout": "5ms", "probeInterval": "2s"},
+func run(ctx context.Context, phase time.Duration, keep bool) error {
+	dir, err := os.MkdirTemp("", "tollgate-demo")
+	if err != nil {
+		return err
 	}
-	var replicas []*replica
-	for i := 0; i < 3; i++ {
-		pod, err := e2e.NewYaegi(gp, os.Stderr)
-		if err != nil {
-			log.Fatal(err)
-		}
-		h, err := pod.New(context.Background(), httputil.NewSingleHostReverseProxy(target), options, "api-limit@file")
-		if err != nil {
-			log.Fatal(err)
-		}
-		s, addr := serve(h)
-		replicas = append(replicas, &replica{name: fmt.Sprintf("replica-%d", i+1), addr: addr, server: s})
+	defer os.RemoveAll(dir)
+	r, err := e2e.StartRedis(dir)
+	if err != nil {
+		return err
 	}
-	defer func() {
-		for _, rep := range replicas {
-			rep.server.Close()
-		}
-	}()
+	defer r.Kill()
 
-	fmt.Printf("Redis %s, backend %s, replicas:", r.Addr, backendAddr)
-	for _, rep := range replicas {
-		fmt.Printf(" %s=%s", rep.name, rep.addr)
+	fmt.Println("Starting redis-server, a backend and three Traefik replicas with Tollgate...")
+	conf := map[string]interface{}{"http": map[string]interface{}{
+		"routers": map[string]interface{}{"api": map[string]interface{}{
+			"rule": "PathPrefix(`/`)", "service": "backend", "entryPoints": []interface{}{"web"},
+			"middlewares": []interface{}{"api-limit"}}},
+		"middlewares": map[string]interface{}{"api-limit": map[string]interface{}{"plugin": map[string]interface{}{
+			"tollgate": map[string]interface{}{
+				"average": 100, "period": "1m", "burst": 20, "replicas": 3, "class": "api",
+				"sourceCriterion": map[string]interface{}{"requestHeaderName": "X-API-Key"},
+				"decisionHeader":  "X-Tollgate-Decision",
+				"redis":           map[string]interface{}{"endpoints": []interface{}{r.Addr}, "timeout": "5ms", "probeInterval": "2s"},
+			}}}},
+	}}
+	fleet, err := e2e.StartFleet(dir, 3, conf)
+	if err != nil {
+		return err
 	}
-	fmt.Println("\nLimit: 100 requests/minute, burst 20, per X-API-Key; local fallback per replica: 100/3 per minute, burst 6.")
+	defer fleet.Stop()
+	if err := fleet.WaitRouters("enabled", "api@file"); err != nil {
+		return err
+	}
+	fmt.Printf("Redis %s, backend %s, Traefik replicas:", r.Addr, fleet.Backend.Addr)
+	for _, t := range fleet.Replicas {
+		fmt.Printf(" %s=%s", t.Name, t.Web)
+	}
+	fmt.Printf("\nDynamic configuration: %s\n", fleet.Dynamic)
+	fmt.Println("Limit: 100 requests/minute, burst 20, per X-API-Key, across the fleet; while Redis is down")
+	fmt.Println("each replica keeps its own local bucket: 100/3 per minute, burst 6.")
 
-	client := &http.Client{Timeout: 2 * time.Second}
+	n := len(fleet.Replicas)
+	perReplica := make([]tally, n)
+	var total, runaway tally
+	var aliceOK, bobOK int64
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	var rr int64
-	send := func(key string) (*replica, int) {
-		rep := replicas[atomic.AddInt64(&rr, 1)%3]
-		req, _ := http.NewRequest("GET", "http://"+rep.addr+"/", nil)
+	send := func(key string) {
+		i := int(atomic.AddInt64(&rr, 1) % int64(n))
+		req, _ := http.NewRequest("GET", fleet.Replicas[i].URL("/"), nil)
 		req.Header.Set("X-API-Key", key)
 		resp, err := client.Do(req)
+		tl := []*tally{&perReplica[i], &total}
+		if key == "runaway" {
+			tl = append(tl, &runaway)
+		}
+		for _, t := range tl {
+			switch {
+			case err != nil || (resp.StatusCode != 200 && resp.StatusCode != 429):
+				atomic.AddInt64(&t.failed, 1)
+			case resp.StatusCode == 200:
+				atomic.AddInt64(&t.ok, 1)
+			default:
+				atomic.AddInt64(&t.denied, 1)
+			}
+			if err == nil && resp.Header.Get("X-Tollgate-Decision") == "local" {
+				atomic.AddInt64(&t.local, 1)
+			}
+		}
 		if err != nil {
-			return rep, 0
+			return
 		}
 		resp.Body.Close()
-		return rep, resp.StatusCode
+		if resp.StatusCode == 200 && key == "alice" {
+			atomic.AddInt64(&aliceOK, 1)
+		}
+		if resp.StatusCode == 200 && key == "bob" {
+			atomic.AddInt64(&bobOK, 1)
+		}
 	}
 
-	var keyOK sync.Map // key -> *int64 allowed in the current phase
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, k := range []struct {
 		key   string
 		every time.Duration
 	}{{"alice", time.Second}, {"bob", 700 * time.Millisecond}, {"runaway", 33 * time.Millisecond}} {
-		n := new(int64)
-		keyOK.Store(k.key, n)
 		wg.Add(1)
-		go func(key string, every time.Duration, n *int64) {
+		go func(key string, every time.Duration) {
 			defer wg.Done()
 			tick := time.NewTicker(every)
 			defer tick.Stop()
@@ -135,81 +157,94 @@ func main() {
 					return
 				case <-tick.C:
 				}
-				rep, code := send(key)
-				if code == 200 {
-					atomic.AddInt64(n, 1)
-				}
-				if key != "runaway" {
-					continue
-				}
-				switch {
-				case code == 200:
-					atomic.AddInt64(&rep.runway.ok, 1)
-				case code == 429:
-					atomic.AddInt64(&rep.runway.refused, 1)
-				default:
-					atomic.AddInt64(&rep.runway.failed, 1)
-				}
+				send(key)
 			}
-		}(k.key, k.every, n)
+		}(k.key, k.every)
 	}
+	stopTraffic := func() {
+		if stop != nil {
+			close(stop)
+			wg.Wait()
+			stop = nil
+		}
+	}
+	defer stopTraffic()
 
 	phases := []struct{ name, decidedBy string }{
-		{"1. Redis up", "Redis (one global bucket)"},
-		{"2. Redis killed", "local fallback on each replica"},
-		{"3. Redis restarted (empty)", "Redis again, after the breaker's probe"},
+		{"1. Redis up", "Redis: one global bucket per key"},
+		{"2. Redis killed", "the local fallback of each replica"},
+		{"3. Redis restarted (empty)", "Redis again, after the breaker's probe (2 s)"},
 	}
+	var failed int64
 	for p, ph := range phases {
 		switch p {
 		case 1:
 			r.Kill()
 		case 2:
 			if err := r.Restart(); err != nil {
-				log.Fatal(err)
+				return err
 			}
 		}
-		for _, rep := range replicas {
-			rep.runway = counters{}
+		failed += atomic.LoadInt64(&total.failed)
+		for i := range perReplica {
+			perReplica[i].reset()
 		}
-		keyOK.Range(func(_, v interface{}) bool { atomic.StoreInt64(v.(*int64), 0); return true })
+		total.reset()
+		runaway.reset()
+		atomic.StoreInt64(&aliceOK, 0)
+		atomic.StoreInt64(&bobOK, 0)
 		fmt.Printf("\n== %s: decided by %s\n", ph.name, ph.decidedBy)
-		fmt.Println("   t | runaway allowed/refused/failed per replica        | runaway total | budget* | alice | bob")
+		head := "   t |"
+		for _, t := range fleet.Replicas {
+			head += fmt.Sprintf(" %-11s |", t.Name)
+		}
+		fmt.Println(head + " total       | runaway ok / budget* | alice | bob | failed")
+		sub := "     |"
+		for i := 0; i <= n; i++ {
+			sub += "  ok 429 loc |"
+		}
+		fmt.Println(sub)
 		start := time.Now()
-		for time.Since(start) < *phase {
-			time.Sleep(time.Second)
-			el := time.Since(start).Seconds()
-			line := fmt.Sprintf("%3.0fs |", el)
-			var total int64
-			for _, rep := range replicas {
-				ok := atomic.LoadInt64(&rep.runway.ok)
-				total += ok
-				line += fmt.Sprintf(" %s %3d/%3d/%d", rep.name[8:], ok, atomic.LoadInt64(&rep.runway.refused), atomic.LoadInt64(&rep.runway.failed))
+		for time.Since(start) < phase {
+			select {
+			case <-ctx.Done():
+				fmt.Println("\ninterrupted")
+				return nil
+			case <-time.After(time.Second):
 			}
-			a, _ := keyOK.Load("alice")
-			b, _ := keyOK.Load("bob")
+			el := time.Since(start).Seconds()
+			var b strings.Builder
+			fmt.Fprintf(&b, "%3.0fs |", el)
+			for i := range perReplica {
+				fmt.Fprintf(&b, " %s |", perReplica[i].String())
+			}
 			burst := 20.0 // one global bucket
 			if p == 1 {
 				burst = 18 // three local buckets of 6
 			}
-			budget := fmt.Sprintf("%.0f", burst+100*el/60)
-			fmt.Printf("%s | %13d | %7s | %5d | %3d\n", line, total, budget, atomic.LoadInt64(a.(*int64)), atomic.LoadInt64(b.(*int64)))
+			fmt.Fprintf(&b, " %s | %10d / %-7.0f | %5d | %3d | %d", total.String(), atomic.LoadInt64(&runaway.ok),
+				burst+100*el/60, atomic.LoadInt64(&aliceOK), atomic.LoadInt64(&bobOK), atomic.LoadInt64(&total.failed))
+			fmt.Println(b.String())
 		}
 	}
-	close(stop)
-	wg.Wait()
-	fmt.Println("\n* budget: a full bucket (burst 20, or 3 local buckets of 6 while Redis is down) plus what")
-	fmt.Println("  100/minute refills during the phase; each phase starts from full buckets (phase 2's local")
-	fmt.Println("  ones are new, phase 3's Redis is empty). The third number of each replica counts failed")
-	fmt.Println("  requests (5xx or no answer): Tollgate must never cause one, so it stays 0.")
+	stopTraffic()
+	failed += atomic.LoadInt64(&total.failed)
+	fmt.Println("\n* budget: a full bucket (burst 20; 3 local buckets of 6 while Redis is down) plus what")
+	fmt.Println("  100/minute refills during the phase. Each phase starts from full buckets (phase 2's")
+	fmt.Println("  local ones are new, phase 3's Redis is empty). \"loc\" counts requests decided by the")
+	fmt.Println("  local fallback; \"failed\" counts 5xx or no answer, which Tollgate must never cause.")
+	fmt.Printf("Failed requests in the whole run: %d\n", failed)
 
-	if *keep {
+	if keep {
 		fmt.Println("\nThe fleet stays up. Try:")
-		for _, rep := range replicas {
-			fmt.Printf("  curl -i -H 'X-API-Key: me' http://%s/\n", rep.addr)
+		for _, t := range fleet.Replicas {
+			fmt.Printf("  curl -i -H 'X-API-Key: me' %s\n", t.URL("/"))
 		}
-		fmt.Println("Ctrl-C to stop.")
-		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-		<-sig
+		fmt.Printf("Edit %s to change the limit (Traefik reloads it).\nCtrl-C to stop.\n", fleet.Dynamic)
+		<-ctx.Done()
 	}
+	if failed > 0 {
+		return fmt.Errorf("%d requests failed", failed)
+	}
+	return nil
 }
