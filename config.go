@@ -125,8 +125,9 @@ type RedisConfig struct {
 	// PoolSize caps open connections per process and endpoint. 0 means 64;
 	// when all are busy a check waits for one within Timeout, then falls back.
 	PoolSize int64 `json:"poolSize,omitempty" yaml:"poolSize,omitempty" toml:"poolSize,omitempty"`
-	// BreakerThreshold is the number of consecutive failures that open the
-	// circuit breaker. 0 means 3.
+	// BreakerThreshold is the number of failures within one second that
+	// open the circuit breaker, when they are also at least half of that
+	// second's checks. 0 means 3.
 	BreakerThreshold int64 `json:"breakerThreshold,omitempty" yaml:"breakerThreshold,omitempty" toml:"breakerThreshold,omitempty"`
 	// ProbeInterval is how often an open breaker lets one check through to
 	// probe Redis. Default "3s".

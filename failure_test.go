@@ -182,7 +182,7 @@ func TestFailurePolicyCounters(t *testing.T) {
 		}
 	}
 	st := h.be.stats()
-	if st.Fallbacks != 5 || st.Failures != 3 || st.Skipped != 2 || st.Streak != 3 || st.Open != 0 {
+	if st.Fallbacks != 5 || st.Failures != 3 || st.Skipped != 2 || !st.Breaker || st.Open != 0 {
 		t.Fatalf("stats %+v: want 5 fallbacks, 3 failures opening the breaker, 2 checks skipped, no connection", st)
 	}
 }
@@ -219,6 +219,7 @@ func TestIdleConnectionsArePruned(t *testing.T) {
 	f := startFake(t, "+1 3 0 2000\r\n")
 	h := handlerOn(t, f.l.Addr().String(), nil)
 	c := h.be.client
+	waitIdle(t, c, 1) // New's warm-up connection
 	t0 := time.Now()
 	var conns []*rconn
 	for i := 0; i < 3; i++ {
@@ -287,20 +288,7 @@ func TestDecisionHeader(t *testing.T) {
 func TestNewWarmsThePool(t *testing.T) {
 	f := startFake(t, "+1 3 0 2000\r\n")
 	h := handlerOn(t, f.l.Addr().String(), nil)
-	c := h.be.client
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		c.mu.Lock()
-		idle := len(c.idle)
-		c.mu.Unlock()
-		if idle == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no connection pooled after New")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitIdle(t, h.be.client, 1)
 	if n := atomic.LoadInt64(&f.evals); n != 0 {
 		t.Fatalf("%d checks before any request", n)
 	}
@@ -311,14 +299,14 @@ func TestSlowDialIsNotWasted(t *testing.T) {
 	// back, and the connection dialled for it serves the next check.
 	f := startFake(t, "+1 3 0 2000\r\n")
 	atomic.StoreInt64(&f.setName, time.Now().Add(10*time.Second).UnixNano())
-	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Timeout = "20ms"; c.Redis.BreakerThreshold = 100 })
+	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Timeout = "20ms"; c.Redis.BreakerThreshold = 1 })
 	// New's warm-up dial is stuck too; take it out of the count.
 	time.Sleep(50 * time.Millisecond)
 	atomic.StoreInt64(&f.setName, time.Now().Add(300*time.Millisecond).UnixNano())
 	h.be.client.setPoolSize(2)
 	start := time.Now()
-	if serve(h, t.Name()); h.be.stats().Fallbacks != 1 {
-		t.Fatalf("stats %+v: want the first check to fall back", h.be.stats())
+	if serve(h, t.Name()); h.be.stats().Fallbacks != 1 || h.be.stats().Breaker {
+		t.Fatalf("stats %+v: want the first check to fall back, without opening the breaker (a pending dial is not a sick Redis)", h.be.stats())
 	}
 	if el := time.Since(start); el > 200*time.Millisecond {
 		t.Fatalf("the first check took %v, its budget is 20 ms", el)
@@ -337,5 +325,89 @@ func TestRefusedDialFailsFast(t *testing.T) {
 	serve(h, t.Name())
 	if el := time.Since(start); el > time.Second || h.be.stats().Fallbacks != 1 {
 		t.Fatalf("refused dial: %v, stats %+v; want a fallback well before the 3 s budget", el, h.be.stats())
+	}
+}
+
+// waitIdle waits until c pools n idle connections.
+func waitIdle(t *testing.T, c *redisClient, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		c.mu.Lock()
+		idle := len(c.idle)
+		c.mu.Unlock()
+		if idle == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle connections, want %d", idle, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestLateReplyIsTaken(t *testing.T) {
+	// A reply that arrived before the deadline but is read after it (the
+	// goroutine was not scheduled in time) is used, not counted as a
+	// timeout.
+	f := startFake(t, "+1 3 0 2000\r\n")
+	h := handlerOn(t, f.l.Addr().String(), nil)
+	c := h.be.client
+	waitIdle(t, c, 1)
+	cn, err := c.get(time.Now().Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "tollgate:{0123456789abcdef}"
+	// Send the call, let the reply arrive, then exchange under a deadline
+	// already past: only the late look can see the reply.
+	if _, err := cn.nc.Write(h.top.cmd.appendCall(nil, h.top.cmd.shaHead, key)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := cn.br.ReadSlice('\n'); err != nil { // that reply, consumed
+		t.Fatal(err)
+	}
+	if _, err := cn.nc.Write(h.top.cmd.appendCall(nil, h.top.cmd.shaHead, key)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	_ = cn.nc.SetDeadline(time.Now().Add(-time.Second))
+	line, err := cn.br.ReadSlice('\n')
+	if err == nil {
+		t.Fatalf("read past the deadline succeeded (%q): the test does not reproduce a late read", line)
+	}
+	if line, err = lateRead(cn, err); err != nil || string(line) != "+1 3 0 2000\r\n" {
+		t.Fatalf("late read: %q, %v; want the reply", line, err)
+	}
+	// With nothing received, the late look times out quickly.
+	_ = cn.nc.SetDeadline(time.Now().Add(-time.Second))
+	_, err = cn.br.ReadSlice('\n')
+	start := time.Now()
+	if _, err = lateRead(cn, err); err == nil || time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("late read with no reply: %v after %v", err, time.Since(start))
+	}
+}
+
+func TestLateWriteDoesNotCountAgainstRedis(t *testing.T) {
+	// A check whose deadline passed before it wrote (the pod was busy)
+	// falls back without counting toward the breaker.
+	f := startFake(t, "+1 3 0 2000\r\n")
+	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.BreakerThreshold = 1 })
+	c := h.be.client
+	waitIdle(t, c, 1)
+	d := make([]int64, 4)
+	past := time.Now().Add(-time.Second)
+	err := c.check(h.top.cmd, "tollgate:{0123456789abcdef}", d, past, past.UnixNano(), time.Millisecond)
+	if err != errLate {
+		t.Fatalf("check past its deadline: %v, want errLate", err)
+	}
+	h.be.failed(time.Now().UnixNano(), err, &h.set.redis)
+	if h.be.stats().Breaker || atomic.LoadInt64(&f.evals) != 0 || len(c.idle) != 1 {
+		t.Fatalf("stats %+v, %d evals, %d idle: want no call, a closed breaker and the connection kept", h.be.stats(), f.evals, len(c.idle))
+	}
+	h.be.failed(time.Now().UnixNano(), errBadReply, &h.set.redis)
+	if !h.be.stats().Breaker {
+		t.Fatal("a bad reply did not count (threshold 1)")
 	}
 }

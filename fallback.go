@@ -14,10 +14,15 @@ package tollgate
 //     Traefik, its log at ERROR) at most once per probeInterval.
 //   - A reply that no correct script produces (wrong shape, negative
 //     numbers, a refusal naming no wait) is a failure like any other.
-//   - breakerThreshold consecutive failures open the circuit breaker: no
-//     Redis call at all while open, except one probe (a real check) per
-//     probeInterval; a successful probe closes it and the global limit
-//     resumes. While open, checks take the same fallback path.
+//   - The circuit breaker opens when Redis looks sick, not when a few
+//     checks were unlucky: breakerThreshold failures within one second
+//     that are also at least half of that second's checks. (A dead or
+//     frozen Redis fails every check and opens it after breakerThreshold
+//     of them; a CPU-starved pod whose Redis misses the deadline now and
+//     then keeps using Redis.) While open: no Redis call at all, except
+//     one probe (a real check) per probeInterval; a successful probe
+//     closes it and the global limit resumes. Checks take the same
+//     fallback path while it is open.
 
 import (
 	"sync"
@@ -25,37 +30,64 @@ import (
 	"time"
 )
 
-// breaker is a consecutive-failure circuit breaker, one per Redis (shared by
-// every middleware using it). Safe for concurrent use; all fields are
-// accessed atomically. Its thresholds come from each caller's settings, so
+// breakerWindow is the span over which the breaker compares failures with
+// checks.
+const breakerWindow = int64(time.Second)
+
+// breaker is a failure-rate circuit breaker, one per Redis (shared by every
+// middleware using it). Safe for concurrent use; all fields are accessed
+// atomically, and the window's counts are approximate under contention (a
+// roll may lose a few). Its thresholds come from each caller's settings, so
 // middlewares configured differently share the breaker's state but apply
 // their own breakerThreshold and probeInterval. Times are Unix ns.
 type breaker struct {
-	failures  int64 // consecutive failures so far
-	nextProbe int64 // while open, the earliest instant of the next probe
+	nextProbe int64 // 0 while closed; while open, the earliest next probe
+	window    int64 // start of the current window
+	checks    int64 // checks that went to Redis in the window
+	failures  int64 // of which failed
 }
 
-// allow reports whether a check may call Redis at now: always while fewer
-// than threshold consecutive failures; otherwise only the one caller that
-// claims the due probe, which schedules the next one interval later.
-func (b *breaker) allow(now, threshold, interval int64) bool {
-	if atomic.LoadInt64(&b.failures) < threshold {
-		return true
-	}
+// allow reports whether a check may call Redis at now while the breaker is
+// open: only the one caller that claims the due probe, which schedules the
+// next one interval later. (Callers test nextProbe != 0 first.)
+func (b *breaker) allow(now, interval int64) bool {
 	next := atomic.LoadInt64(&b.nextProbe)
-	return now >= next && atomic.CompareAndSwapInt64(&b.nextProbe, next, now+interval)
+	return next == 0 || now >= next && atomic.CompareAndSwapInt64(&b.nextProbe, next, now+interval)
 }
 
-// success closes the breaker.
-func (b *breaker) success() { atomic.StoreInt64(&b.failures, 0) }
-
-// failure counts a failed call; the one that reaches threshold opens the
-// breaker and schedules the first probe.
-func (b *breaker) failure(now, threshold, interval int64) {
-	if atomic.AddInt64(&b.failures, 1) == threshold {
-		atomic.StoreInt64(&b.nextProbe, now+interval)
+// roll starts a new window at now when the current one is over.
+func (b *breaker) roll(now int64) {
+	w := atomic.LoadInt64(&b.window)
+	if now-w >= breakerWindow && atomic.CompareAndSwapInt64(&b.window, w, now) {
+		atomic.StoreInt64(&b.checks, 0)
+		atomic.StoreInt64(&b.failures, 0)
 	}
 }
+
+// success counts a successful call and closes the breaker if it was open
+// (the probe succeeded).
+func (b *breaker) success(now int64) {
+	b.roll(now)
+	atomic.AddInt64(&b.checks, 1)
+	if atomic.LoadInt64(&b.nextProbe) != 0 {
+		atomic.StoreInt64(&b.nextProbe, 0)
+	}
+}
+
+// failure counts a failed call; when the window holds threshold failures
+// that are at least half its checks, the breaker opens and schedules the
+// first probe.
+func (b *breaker) failure(now, threshold, interval int64) {
+	b.roll(now)
+	c := atomic.AddInt64(&b.checks, 1)
+	f := atomic.AddInt64(&b.failures, 1)
+	if f >= threshold && 2*f >= c {
+		atomic.CompareAndSwapInt64(&b.nextProbe, 0, now+interval)
+	}
+}
+
+// isOpen reports whether the breaker is open.
+func (b *breaker) isOpen() bool { return atomic.LoadInt64(&b.nextProbe) != 0 }
 
 // localBuckets holds the per-pod fallback buckets of every middleware in the
 // process, by bucket key: the TAT of each (µs since epochUS, the pod's

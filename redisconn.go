@@ -41,6 +41,7 @@ import (
 var (
 	errPoolExhausted = errors.New("tollgate: redis connection pool exhausted")
 	errDialing       = errors.New("tollgate: redis connection not ready within the timeout")
+	errLate          = errors.New("tollgate: the check reached its connection after its timeout (pod busy)")
 	errBreakerOpen   = errors.New("tollgate: redis circuit breaker open")
 	errBadReply      = errors.New("tollgate: unexpected reply from redis")
 )
@@ -441,6 +442,10 @@ func (c *redisClient) checkSlow(expired *rconn, cmd *command, key string, d []in
 // closed and the check is tried once more on a fresh dial, within the same
 // budget. Any other error is returned.
 func (c *redisClient) retry(cn *rconn, cmd *command, key string, d []int64, deadline time.Time, err error) error {
+	if err == errLate { // nothing was sent: the connection is as good as before
+		c.put(cn, c.now())
+		return err
+	}
 	c.discard(cn)
 	if !isStale(err) {
 		return err
@@ -467,6 +472,37 @@ func (c *redisClient) put(cn *rconn, now time.Time) {
 
 // isStale reports an error of a connection the server closed: EOF, reset
 // or broken pipe (a restarted Redis), as opposed to a timeout or a reply.
+// lateGrace is how long a check that missed its deadline still looks for
+// a reply already received.
+const lateGrace = 200 * time.Microsecond
+
+// lateRead gives a read that timed out one more, short look. Go fails a
+// read whose deadline has passed without looking at the socket, so on a
+// CPU-starved pod a reply Redis sent well in time would count as Redis being
+// slow (and open the breaker, dropping the fleet to local limits under
+// load). The deadline is meant for a slow Redis, not a busy scheduler.
+func lateRead(cn *rconn, err error) ([]byte, error) {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() || cn.br.Buffered() > 0 {
+		return nil, err
+	}
+	if err := cn.nc.SetReadDeadline(time.Now().Add(lateGrace)); err != nil {
+		return nil, err
+	}
+	return cn.br.ReadSlice('\n')
+}
+
+// lateWrite turns a write that timed out before sending anything into
+// errLate: the check reached Redis's socket after its own deadline (a
+// CPU-starved pod), which says nothing about Redis.
+func lateWrite(n int, err error) error {
+	var ne net.Error
+	if n == 0 && errors.As(err, &ne) && ne.Timeout() {
+		return errLate
+	}
+	return err
+}
+
 func isStale(err error) bool {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return true
@@ -486,10 +522,13 @@ func exchange(cn *rconn, cmd *command, key string, d []int64, deadline time.Time
 		return err
 	}
 	cn.buf = cmd.appendCall(cn.buf[:0], cmd.shaHead, key)
-	if _, err := cn.nc.Write(cn.buf); err != nil {
-		return err
+	if n, err := cn.nc.Write(cn.buf); err != nil {
+		return lateWrite(n, err)
 	}
 	line, err := cn.br.ReadSlice('\n')
+	if err != nil {
+		line, err = lateRead(cn, err)
+	}
 	if err == nil && (len(line) < 4 || line[0] != '+') {
 		line, err = unexpected(cn, cmd, key, line)
 	}

@@ -99,23 +99,29 @@ func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings) e
 	now := b.now()
 	ns := now.UnixNano()
 	atomic.StoreInt64(&b.lastUsed, ns)
-	failures := atomic.LoadInt64(&b.breaker.failures)
-	if failures >= o.breakerThreshold && !b.breaker.allow(ns, o.breakerThreshold, o.probeNS) {
+	if atomic.LoadInt64(&b.breaker.nextProbe) != 0 && !b.breaker.allow(ns, o.probeNS) {
 		atomic.AddInt64(&b.skipped, 1)
 		return errBreakerOpen
 	}
 	err := b.client.check(cmd, key, d, now, ns, o.timeout)
 	if err != nil {
 		b.failed(ns, err, o)
-	} else if failures != 0 {
-		b.breaker.success()
+	} else {
+		b.breaker.success(ns)
 	}
 	return err
 }
 
 // failed records a failed check.
 func (b *backend) failed(ns int64, err error, o *redisSettings) {
-	b.breaker.failure(ns, o.breakerThreshold, o.probeNS)
+	// A connection still being dialled, every connection busy, or a check
+	// that reached its connection after its deadline is the pod's own state
+	// (a cold pool under a burst, a starved CPU), not Redis's health: the
+	// request falls back but the breaker does not count it. Dials that fail
+	// do count, through the checks waiting for them.
+	if err != errDialing && err != errPoolExhausted && err != errLate {
+		b.breaker.failure(ns, o.breakerThreshold, o.probeNS)
+	}
 	atomic.AddInt64(&b.failures, 1)
 	b.logFailure(ns, err, o)
 }
@@ -129,13 +135,12 @@ func (b *backend) logFailure(now int64, err error, o *redisSettings) {
 	if now-last < o.probeNS || !atomic.CompareAndSwapInt64(&b.lastLog, last, now) {
 		return
 	}
-	failures := atomic.LoadInt64(&b.breaker.failures)
 	state := "closed"
-	if failures >= o.breakerThreshold {
+	if b.breaker.isOpen() {
 		state = "open"
 	}
-	log.Printf("tollgate: redis %s unavailable, falling back to local limits (breaker %s, %d consecutive failures, %d in all): %v",
-		b.client.set.addr, state, failures, atomic.LoadInt64(&b.failures), err)
+	log.Printf("tollgate: redis %s unavailable, falling back to local limits (breaker %s, %d of the last second's %d checks failed, %d failures in all): %v",
+		b.client.set.addr, state, atomic.LoadInt64(&b.breaker.failures), atomic.LoadInt64(&b.breaker.checks), atomic.LoadInt64(&b.failures), err)
 }
 
 // backendStats are a backend's counters since the process started.
@@ -145,7 +150,7 @@ type backendStats struct {
 	Fallbacks int64 // requests decided by the local fallback
 	Closed    int64 // requests refused with 503 (failureMode closed)
 	Open      int   // connections open to Redis
-	Streak    int64 // consecutive failures (the breaker is open at its threshold)
+	Breaker   bool  // the breaker is open
 }
 
 func (b *backend) stats() backendStats {
@@ -158,6 +163,6 @@ func (b *backend) stats() backendStats {
 		Fallbacks: atomic.LoadInt64(&b.fallbacks),
 		Closed:    atomic.LoadInt64(&b.closed),
 		Open:      open,
-		Streak:    atomic.LoadInt64(&b.breaker.failures),
+		Breaker:   b.breaker.isOpen(),
 	}
 }
