@@ -8,7 +8,7 @@ package tollgate
 //
 // No select: every exchange runs under one absolute deadline set on the
 // connection, and the pool is a mutex-guarded stack. Connections are dialled
-// off the request's clock, by a goroutine that ends within dialTimeout and
+// off the request's clock, by a goroutine that ends within its dial budget and
 // puts its connection in the pool (at most poolSize connections, dialling or
 // open, exist at once); the check that asked for it waits within its own
 // timeout and fails at once if the dial does. So a slow first dial (a cold
@@ -55,9 +55,26 @@ var bucketSHA = func() string {
 // idleTimeout closes pooled connections unused for this long.
 const idleTimeout = time.Minute
 
-// dialTimeout bounds a dial (connect, TLS, AUTH, SELECT): it does not run on
-// a request's clock, see dialAsync.
-const dialTimeout = 2 * time.Second
+// A dial (connect, TLS, AUTH, SELECT) does not run on a request's clock (see
+// dialAsync); it has 100 times the check's timeout, within these bounds. A
+// Redis that cannot complete one in that time is unavailable: the failure
+// counts toward the breaker (onDialError).
+const (
+	minDialTimeout = 250 * time.Millisecond
+	maxDialTimeout = 2 * time.Second
+)
+
+// dialTimeoutFor returns the dial budget for a check timeout.
+func dialTimeoutFor(timeout time.Duration) time.Duration {
+	d := 100 * timeout
+	if d < minDialTimeout {
+		return minDialTimeout
+	}
+	if d > maxDialTimeout {
+		return maxDialTimeout
+	}
+	return d
+}
 
 // redisClient is a pool of connections to one Redis endpoint.
 //
@@ -70,6 +87,9 @@ type redisClient struct {
 	set     redisSettings
 	tlsConf *tls.Config      // nil without TLS
 	now     func() time.Time // time.Now; injected in tests
+
+	dialTimeout time.Duration
+	onDialError func(error) // set once before use; counts a failed dial
 
 	mu       sync.Mutex // guards idle, open and poolSize
 	idle     []*rconn
@@ -93,7 +113,7 @@ type rconn struct {
 }
 
 func newRedisClient(set redisSettings) (*redisClient, error) {
-	c := &redisClient{set: set, now: time.Now, poolSize: set.poolSize}
+	c := &redisClient{set: set, now: time.Now, poolSize: set.poolSize, dialTimeout: dialTimeoutFor(set.timeout)}
 	if set.useTLS {
 		conf, err := tlsConfig(set)
 		if err != nil {
@@ -187,10 +207,11 @@ type pendingDial struct {
 	err  error
 }
 
-// dialAsync dials within dialTimeout and pools the connection; on failure
-// it gives back the slot taken for it (open). The caller has taken it.
+// dialAsync dials within the dial budget and pools the connection; on
+// failure it gives back the slot taken for it (open), which the caller has
+// taken, and reports the error to onDialError.
 func (c *redisClient) dialAsync(p *pendingDial) {
-	cn, err := c.dial(c.now().Add(dialTimeout))
+	cn, err := c.dial(c.now().Add(c.dialTimeout))
 	c.mu.Lock()
 	if err != nil {
 		c.open--
@@ -199,9 +220,23 @@ func (c *redisClient) dialAsync(p *pendingDial) {
 		c.idle = append(c.idle, cn)
 	}
 	c.mu.Unlock()
-	p.err = err
+	if err != nil && c.onDialError != nil {
+		c.onDialError(err) // before done: the waiting check sees it counted
+	}
+	if err != nil {
+		var de error = &dialError{err: err} // a pointer: Yaegi cannot box this struct as an error
+		p.err = de
+	}
 	atomic.StoreInt32(&p.done, 1)
 }
+
+// dialError is a failed dial's error as the check waiting for it sees it:
+// the dial itself was counted against Redis (onDialError), the check does
+// not count it again.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
 
 // awaitDial waits until deadline for an idle connection (the one p dials,
 // or any other returned meanwhile), failing at once with p's error.

@@ -57,6 +57,9 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 	if b, ok := r.backends[key]; ok {
 		atomic.StoreInt64(&b.lastUsed, now.UnixNano())
 		b.client.setPoolSize(set.poolSize)
+		b.setMu.Lock()
+		b.set = set
+		b.setMu.Unlock()
 		return b, nil
 	}
 	client, err := newRedisClient(set)
@@ -68,7 +71,9 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 		breaker:  &breaker{},
 		now:      time.Now,
 		lastUsed: now.UnixNano(),
+		set:      set,
 	}
+	client.onDialError = func(err error) { b.dialFailed(err) }
 	r.backends[key] = b
 	client.warm()
 	return b, nil
@@ -81,11 +86,14 @@ type backend struct {
 	breaker *breaker
 	now     func() time.Time
 
+	setMu sync.Mutex
+	set   redisSettings // the latest New's, for failures outside a check (dials)
+
 	lastUsed int64 // Unix ns of the last check
 	lastLog  int64 // Unix ns of the last failure logged
 
 	// counters (Redis counts the checks it answers: INFO commandstats)
-	failures  int64 // checks that failed (error or timeout)
+	failures  int64 // failures counted against Redis (errors, timeouts, failed dials)
 	skipped   int64 // checks not sent because the breaker was open
 	fallbacks int64 // requests decided by the local fallback
 	closed    int64 // requests refused with 503 (failureMode closed)
@@ -117,19 +125,28 @@ func (b *backend) failed(ns int64, err error, o *redisSettings) {
 	// A connection still being dialled, every connection busy, or a check
 	// that reached its connection after its deadline is the pod's own state
 	// (a cold pool under a burst, a starved CPU), not Redis's health: the
-	// request falls back but the breaker does not count it. Dials that fail
-	// do count, through the checks waiting for them.
-	if err != errDialing && err != errPoolExhausted && err != errLate {
+	// request falls back but the breaker does not count it. A failed dial
+	// was counted when it failed (dialFailed).
+	_, dialed := err.(*dialError)
+	if !dialed && err != errDialing && err != errPoolExhausted && err != errLate {
 		b.breaker.failure(ns, o.breakerThreshold, o.probeNS)
+		atomic.AddInt64(&b.failures, 1)
 	}
-	atomic.AddInt64(&b.failures, 1)
 	b.logFailure(ns, err, o)
 }
 
-// logFailure logs one line at most once per probe interval, never once per
-// request. It uses the log package: under Yaegi that writes to the
-// interpreter's stderr, which Traefik logs at ERROR (os.Stderr is the
-// process's own and would bypass Traefik's log).
+// dialFailed counts a dial that failed outside any check (see dialAsync)
+// against Redis, with the latest New's breaker settings.
+func (b *backend) dialFailed(err error) {
+	b.setMu.Lock()
+	set := b.set
+	b.setMu.Unlock()
+	ns := b.now().UnixNano()
+	b.breaker.failure(ns, set.breakerThreshold, set.probeNS)
+	atomic.AddInt64(&b.failures, 1)
+	b.logFailure(ns, err, &set)
+}
+
 func (b *backend) logFailure(now int64, err error, o *redisSettings) {
 	last := atomic.LoadInt64(&b.lastLog)
 	if now-last < o.probeNS || !atomic.CompareAndSwapInt64(&b.lastLog, last, now) {

@@ -477,10 +477,21 @@ func TestFleetRedisKilled(t *testing.T) {
 	}
 	// Who decided: Redis before the kill, the local buckets during the
 	// outage (the decision header, as an access log would record it).
-	for _, s := range d.window(runaway, time.Time{}, killed.Add(-50*time.Millisecond)) { // not in flight at the kill
-		if got := s.header.Get("X-Tollgate-Decision"); got != "redis" {
+	// (A check that misses its 5 ms budget falls back by design; on a
+	// shared 2-core machine a few do, so up to 2% may be local.)
+	var local int
+	preKill := d.window(runaway, time.Time{}, killed.Add(-50*time.Millisecond)) // not in flight at the kill
+	for _, s := range preKill {
+		switch got := s.header.Get("X-Tollgate-Decision"); got {
+		case "redis":
+		case "local":
+			local++
+		default:
 			t.Fatalf("before the kill: %v decided by %q", s, got)
 		}
+	}
+	if local*50 > len(preKill) {
+		t.Fatalf("before the kill: %d of %d requests decided locally", local, len(preKill))
 	}
 	for _, s := range d.window(runaway, killed.Add(50*time.Millisecond), restarted) {
 		if got := s.header.Get("X-Tollgate-Decision"); got != "local" {
