@@ -1,5 +1,5 @@
 # Tollgate: the two commands a newcomer needs are `make demo` and `make test`.
-.PHONY: demo test check unit yaegi e2e bench vendor
+.PHONY: demo test check unit yaegi e2e bench bench-check vendor
 
 # A live demo: three real Traefik replicas with Tollgate sharing one
 # redis-server; Redis is killed and restarted midway. About a minute (plus
@@ -35,10 +35,20 @@ e2e:
 	scripts/deps.sh
 	TOLLGATE_TRAEFIK=$$(scripts/traefik.sh) && cd e2e && TOLLGATE_TRAEFIK=$$TOLLGATE_TRAEFIK go test -count=1 -timeout 30m ./...
 
-# Per-check latency, allocation and throughput, compiled and interpreted.
+# Traefik's rateLimit (memory, redis) and Tollgate side by side in one
+# Traefik: throughput, added latency, Redis cost and memory per key; writes
+# bench/results.md and bench/chart.png (BENCHMARKS.md quotes them). About
+# 15 minutes.
 bench:
+	scripts/deps.sh wrk
+	TOLLGATE_TRAEFIK=$$(scripts/traefik.sh) && cd e2e && TOLLGATE_TRAEFIK=$$TOLLGATE_TRAEFIK go run ./cmd/bench \
+		-out ../bench/results.md -chart ../bench/chart.png -profile ../.build/traefik-cpu.pprof
+
+# One check in isolation, compiled and under Yaegi, with reference points
+# (redigo, a bare EVALSHA, redis-benchmark).
+bench-check:
 	scripts/deps.sh
-	cd e2e && go run ./cmd/bench
+	cd e2e && go run ./cmd/checkbench
 
 # Re-create vendor/ from go.mod and re-apply patches/.
 vendor:

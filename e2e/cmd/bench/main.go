@@ -549,16 +549,13 @@ func describeMachine(r *e2e.Redis) string {
 	if info, err := r.Info("server"); err == nil {
 		redisVersion = info["redis_version"]
 	}
-	wrkVersion := "wrk"
-	if out, err := exec.Command("wrk", "--version").CombinedOutput(); err == nil {
+	wrkVersion := "wrk" // wrk --version exits 1
+	if out, _ := exec.Command("wrk", "--version").CombinedOutput(); len(strings.Fields(string(out))) > 1 {
 		wrkVersion = strings.Fields(string(out))[0] + " " + strings.Fields(string(out))[1]
 	}
-	bin, _ := e2e.TraefikBinary()
-	tv := "?"
-	if out, err := exec.Command(bin, "version").Output(); err == nil {
-		if m := regexp.MustCompile(`Version:\s*(\S+)`).FindSubmatch(out); m != nil {
-			tv = string(m[1])
-		}
+	tv := "?" // the binary says "dev": ask the module that pins it
+	if out, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/traefik/traefik/v3").Output(); err == nil {
+		tv = strings.TrimSpace(string(out))
 	}
 	return fmt.Sprintf("Machine: %d CPUs (%s), %s; Traefik %s built with %s; Redis %s; %s. Everything on loopback, on the same CPUs.",
 		runtime.NumCPU(), cpu, runtime.GOOS+"/"+runtime.GOARCH, tv, runtime.Version(), redisVersion, wrkVersion)
@@ -590,10 +587,11 @@ func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Dura
 	row("… added p99 (ms)", res.p99, 3, true)
 	row("latency p99.9 (ms)", res.raw999, 3, false)
 	row("… added p99.9 (ms)", res.p999, 3, true)
-	row("Redis commands per request (admitted)", res.cmds, 2, true)
-	row("Redis bytes per request (admitted)", res.bytes, 0, true)
-	row("Redis commands per request (rejected)", res.cmdsRej, 2, true)
-	row("Redis bytes per request (rejected)", res.bytesRej, 0, true)
+	row("Redis round trips (script calls) per request", res.scripts, 2, true)
+	row("Redis commands per request, those inside the script included (admitted)", res.cmds, 2, true)
+	row("Redis bytes in+out per request (admitted)", res.bytes, 0, true)
+	row("Redis commands per request, inside the script included (rejected)", res.cmdsRej, 2, true)
+	row("Redis bytes in+out per request (rejected)", res.bytesRej, 0, true)
 	if memKeys > 0 {
 		row(fmt.Sprintf("Redis keys after %d distinct clients", memKeys), res.memKeys, 0, true)
 		row("Redis memory per key, used_memory delta (B)", res.memPerKey, 0, true)
