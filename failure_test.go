@@ -22,6 +22,7 @@ type fakeRedis struct {
 	reply   string
 	evals   int64
 	setName int64 // Unix ns: CLIENT SETNAME is answered no sooner (a slow dial)
+	names   int64 // CLIENT commands received
 }
 
 func startFake(t *testing.T, reply string) *fakeRedis {
@@ -56,6 +57,7 @@ func (f *fakeRedis) conn(c net.Conn) {
 		}
 		reply := "+OK\r\n"
 		if args[0] == "CLIENT" {
+			atomic.AddInt64(&f.names, 1)
 			time.Sleep(time.Until(time.Unix(0, atomic.LoadInt64(&f.setName))))
 		}
 		if args[0] == "EVALSHA" || args[0] == "EVAL" {
@@ -305,11 +307,15 @@ func TestSlowDialIsNotWasted(t *testing.T) {
 	// back, and the connection dialled for it serves the next check.
 	f := startFake(t, "+1 3 0 2000\r\n")
 	atomic.StoreInt64(&f.setName, time.Now().Add(10*time.Second).UnixNano())
-	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Timeout = "20ms"; c.Redis.BreakerThreshold = 1 })
-	// New's warm-up dial is stuck too; take it out of the count.
-	time.Sleep(50 * time.Millisecond)
+	h := handlerOn(t, f.l.Addr().String(), func(c *Config) {
+		c.Redis.Timeout, c.Redis.BreakerThreshold, c.Redis.PoolSize = "20ms", 1, 2
+	})
+	// New's warm-up dial hangs (10 s); once its handshake has reached the
+	// server, the next dial takes 300 ms.
+	for atomic.LoadInt64(&f.names) == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
 	atomic.StoreInt64(&f.setName, time.Now().Add(300*time.Millisecond).UnixNano())
-	h.be.client.setPoolSize(2)
 	start := time.Now()
 	if serve(h, t.Name()); h.be.stats().Fallbacks != 1 || h.be.stats().Breaker {
 		t.Fatalf("stats %+v: want the first check to fall back, without opening the breaker (a pending dial is not a sick Redis)", h.be.stats())
@@ -415,5 +421,25 @@ func TestLateWriteDoesNotCountAgainstRedis(t *testing.T) {
 	h.be.failed(time.Now().UnixNano(), errBadReply, &h.set.redis)
 	if !h.be.stats().Breaker {
 		t.Fatal("a bad reply did not count (threshold 1)")
+	}
+}
+
+func TestOverdueDialFailsFast(t *testing.T) {
+	// Handshakes take 300 ms; the budget is 20 ms. The first check waits
+	// for its dial and falls back; once that dial is older than a whole
+	// check, the next ones fall back at once instead of waiting too.
+	f := startFake(t, "+1 3 0 2000\r\n")
+	atomic.StoreInt64(&f.setName, time.Now().Add(10*time.Second).UnixNano()) // New's warm-up dial hangs
+	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Timeout = "20ms" })
+	time.Sleep(30 * time.Millisecond) // the warm-up dial is now overdue
+	start := time.Now()
+	for i := 0; i < 5; i++ {
+		serve(h, t.Name())
+	}
+	if el := time.Since(start); el > 20*time.Millisecond || h.be.stats().Fallbacks != 5 {
+		t.Fatalf("5 checks while a dial is overdue took %v (stats %+v); want immediate fallbacks", el, h.be.stats())
+	}
+	if st := h.be.stats(); st.Breaker || st.Failures != 0 {
+		t.Fatalf("stats %+v: the waiting checks must not count against Redis", st)
 	}
 }

@@ -91,10 +91,12 @@ type redisClient struct {
 	dialTimeout time.Duration
 	onDialError func(error) // set once before use; counts a failed dial
 
-	mu       sync.Mutex // guards idle, open and poolSize
-	idle     []*rconn
-	open     int
-	poolSize int
+	mu        sync.Mutex // guards the fields below
+	idle      []*rconn
+	open      int // connections open or being dialled
+	poolSize  int
+	dialing   int   // dials in progress
+	dialSince int64 // Unix ns since when dialing > 0
 }
 
 // setPoolSize changes the cap on open connections (the latest config wins).
@@ -190,15 +192,32 @@ func (c *redisClient) tryGet(deadline time.Time) (cn *rconn, err error) {
 		_ = cn.nc.Close()
 		cn = nil
 	}
+	if c.dialing > 0 && now-c.dialSince > int64(c.set.timeout) {
+		// A dial has been pending longer than a whole check: Redis is not
+		// completing handshakes (frozen, overloaded, unreachable). Waiting
+		// would only add the timeout to this request; the dial's own
+		// failure, when it comes, is counted against Redis.
+		c.mu.Unlock()
+		return nil, errDialing
+	}
 	if c.open >= c.poolSize {
 		c.mu.Unlock()
 		return nil, errPoolExhausted
 	}
 	c.open++
+	c.startDial(now)
 	c.mu.Unlock()
 	p := &pendingDial{}
 	go c.dialAsync(p)
 	return c.awaitDial(p, deadline)
+}
+
+// startDial records a dial starting at now; c.mu must be held.
+func (c *redisClient) startDial(now int64) {
+	if c.dialing == 0 {
+		c.dialSince = now
+	}
+	c.dialing++
 }
 
 // pendingDial is one dialAsync's outcome: err is written before done is set.
@@ -213,6 +232,7 @@ type pendingDial struct {
 func (c *redisClient) dialAsync(p *pendingDial) {
 	cn, err := c.dial(c.now().Add(c.dialTimeout))
 	c.mu.Lock()
+	c.dialing--
 	if err != nil {
 		c.open--
 	} else {
@@ -274,6 +294,7 @@ func (c *redisClient) warm() {
 		return
 	}
 	c.open++
+	c.startDial(c.now().UnixNano())
 	c.mu.Unlock()
 	go c.dialAsync(&pendingDial{})
 }
