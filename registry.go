@@ -11,7 +11,9 @@ package tollgate
 //     handler has used for backendIdle has its connections closed at the
 //     next New and is forgotten (a handler still holding it re-dials).
 //   - local buckets: one bounded store (maxLocalBuckets), see localBuckets.
-// No goroutine is started: reclaiming happens inside New.
+// No goroutine runs in the background: reclaiming happens inside New, and the
+// only goroutines are dials (redisClient.dialAsync), each ending within its
+// dial budget, at most poolSize at once.
 
 import (
 	"log"
