@@ -224,8 +224,10 @@ func TestCatalogForm(t *testing.T) {
 			mu.Lock()
 			codes[rec.Code]++
 			mu.Unlock()
-			if rec.Header().Get("RateLimit-Policy") == "" || rec.Header().Get("RateLimit") == "" {
-				t.Errorf("response %d without RateLimit headers", rec.Code)
+			// The README's example sets class: api, as its "What clients
+			// see" section shows.
+			if !strings.HasPrefix(rec.Header().Get("RateLimit-Policy"), `"api";q=100;w=60`) || rec.Header().Get("RateLimit") == "" {
+				t.Errorf("response %d: RateLimit-Policy %q, RateLimit %q", rec.Code, rec.Header().Get("RateLimit-Policy"), rec.Header().Get("RateLimit"))
 			}
 			if rec.Code == 429 && (rec.Header().Get("Retry-After") == "" || rec.Header().Get("Content-Type") != "application/problem+json") {
 				t.Errorf("429 headers %v", rec.Header())
