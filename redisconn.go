@@ -42,6 +42,7 @@ var (
 	errPoolExhausted = errors.New("tollgate: redis connection pool exhausted")
 	errDialing       = errors.New("tollgate: redis connection not ready within the timeout")
 	errLate          = errors.New("tollgate: the check reached its connection after its timeout (pod busy)")
+	errDialFailed    = errors.New("tollgate: dialing redis failed")
 	errBreakerOpen   = errors.New("tollgate: redis circuit breaker open")
 	errBadReply      = errors.New("tollgate: unexpected reply from redis")
 )
@@ -240,23 +241,17 @@ func (c *redisClient) dialAsync(p *pendingDial) {
 		c.idle = append(c.idle, cn)
 	}
 	c.mu.Unlock()
-	if err != nil && c.onDialError != nil {
-		c.onDialError(err) // before done: the waiting check sees it counted
-	}
 	if err != nil {
-		var de error = &dialError{err: err} // a pointer: Yaegi cannot box this struct as an error
-		p.err = de
+		if c.onDialError != nil {
+			c.onDialError(err) // before done: the waiting check sees it counted
+		}
+		// The check waiting for it gets a sentinel: the dial was counted
+		// (and its error logged) by onDialError, the check must not count
+		// it again.
+		p.err = errDialFailed
 	}
 	atomic.StoreInt32(&p.done, 1)
 }
-
-// dialError is a failed dial's error as the check waiting for it sees it:
-// the dial itself was counted against Redis (onDialError), the check does
-// not count it again.
-type dialError struct{ err error }
-
-func (e *dialError) Error() string { return e.err.Error() }
-func (e *dialError) Unwrap() error { return e.err }
 
 // awaitDial waits until deadline for an idle connection (the one p dials,
 // or any other returned meanwhile), failing at once with p's error.

@@ -129,8 +129,10 @@ func (b *backend) failed(ns int64, err error, o *redisSettings) {
 	// (a cold pool under a burst, a starved CPU), not Redis's health: the
 	// request falls back but the breaker does not count it. A failed dial
 	// was counted when it failed (dialFailed).
-	_, dialed := err.(*dialError)
-	if !dialed && err != errDialing && err != errPoolExhausted && err != errLate {
+	if err == errDialFailed {
+		return // counted and logged, with its cause, by dialFailed
+	}
+	if err != errDialing && err != errPoolExhausted && err != errLate {
 		b.breaker.failure(ns, o.breakerThreshold, o.probeNS)
 		atomic.AddInt64(&b.failures, 1)
 	}
