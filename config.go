@@ -52,7 +52,8 @@ type Config struct {
 	Headers string `json:"headers,omitempty" yaml:"headers,omitempty" toml:"headers,omitempty"`
 	// DecisionHeader names a response header telling how the request was
 	// decided: "redis", "local" (Redis unavailable, the local fallback
-	// decided) or "unavailable" (503, a policy fails closed). For access
+	// decided), "cache" (a refusal from Redis still in force, repeated
+	// without a Redis call) or "unavailable" (503, a policy fails closed). For access
 	// logs and dashboards (Traefik's access log can keep response headers).
 	// Empty (default): not sent.
 	DecisionHeader string `json:"decisionHeader,omitempty" yaml:"decisionHeader,omitempty" toml:"decisionHeader,omitempty"`

@@ -57,7 +57,8 @@ type policySet struct {
 	decisionLen  int      // len of a decision over ps
 	cmd          *command
 	policyHeader string
-	failClosed   bool // some policy fails closed
+	failClosed   bool       // some policy fails closed
+	denied       *denyCache // Redis's refusals still in force, by client key
 }
 
 // New builds the middleware. It validates and compiles cfg; it dials nothing.
@@ -80,7 +81,7 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 }
 
 func newPolicySet(ps []*policy) *policySet {
-	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps))}
+	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps)), denied: newDenyCache(maxDenials)}
 	for _, p := range ps {
 		s.locals = append(s.locals, p.local)
 		s.quoted = append(s.quoted, `"`+p.name+`"`)
@@ -157,7 +158,11 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		return
 	}
 	d := make([]int64, set.decisionLen)
-	how := t.decide(set, clientKey(t.set.class, t.set.source.identity(req)), d)
+	key := clientKey(t.set.class, t.set.source.identity(req))
+	how := decidedCache
+	if atomic.LoadInt64(&set.denied.n) == 0 || !set.denied.lookup(key, d) {
+		how = t.decide(set, key, d)
+	}
 	if t.set.decision != "" {
 		rw.Header().Set(t.set.decision, decisionNames[how])
 	}
@@ -169,6 +174,9 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		setHeaders(rw.Header(), t.set.headers, set, d)
 	}
 	if d[0] != 1 {
+		if how == decidedRedis {
+			set.denied.remember(key, d)
+		}
 		writeQuotaExceeded(rw, set, d)
 		return
 	}
@@ -197,9 +205,10 @@ const (
 	decidedRedis = iota
 	decidedLocal
 	decidedUnavailable
+	decidedCache // a refusal from Redis still in force (denycache.go)
 )
 
-var decisionNames = [...]string{"redis", "local", "unavailable"}
+var decisionNames = [...]string{"redis", "local", "unavailable", "cache"}
 
 // decide charges the request's buckets into decision d: in Redis, or, when
 // Redis is unavailable, in the local fallback (failure policy: see

@@ -1,0 +1,122 @@
+package tollgate
+
+// The in-process deny cache. A refusal from Redis names, per policy, the wait
+// until a request of this cost could pass. Buckets only refill with time,
+// and other pods can only take more, so until the longest of those waits
+// has passed Redis would refuse the same request again: the pod refuses it
+// itself, with the same 429 and headers (the waits counted down on the pod's
+// clock), and no Redis call. A flood from a client already over its limit
+// then costs Redis nothing.
+//
+// One cache per policy set, i.e. per middleware instance and combination of
+// matching rules: a reload builds new instances, so a cached refusal never
+// outlives the limits that produced it. Only Redis's refusals are cached
+// (not the local fallback's).
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// maxDenials bounds one cache: at most this many clients are remembered;
+// past it, expired entries are dropped, then arbitrary ones.
+const maxDenials = 10000
+
+// denyCache maps client keys to their last refusal. The zero value is not
+// usable; use newDenyCache. Safe for concurrent use.
+type denyCache struct {
+	now func() time.Time
+	max int
+	n   int64 // len(entries), read without the lock by the hot path
+
+	mu      sync.Mutex // guards entries
+	entries map[string]*denial
+}
+
+// denial is one refusal: its decision (waits as of at) and when it ends.
+type denial struct {
+	at, until int64 // Unix ns, pod clock
+	d         []int64
+}
+
+func newDenyCache(max int) *denyCache {
+	return &denyCache{now: time.Now, max: max, entries: make(map[string]*denial)}
+}
+
+// lookup fills d with the refusal cached for key, its waits counted down to
+// now, and reports whether there is one still in force.
+func (c *denyCache) lookup(key string, d []int64) bool {
+	now := c.now().UnixNano()
+	c.mu.Lock()
+	e := c.entries[key]
+	if e == nil {
+		c.mu.Unlock()
+		return false
+	}
+	if now >= e.until {
+		delete(c.entries, key)
+		atomic.StoreInt64(&c.n, int64(len(c.entries)))
+		c.mu.Unlock()
+		return false
+	}
+	copy(d, e.d)
+	at := e.at
+	c.mu.Unlock()
+	elapsed := (now - at) / int64(time.Millisecond)
+	for i := 2; i+1 < len(d); i += 3 {
+		d[i] = countDown(d[i], elapsed)     // wait
+		d[i+1] = countDown(d[i+1], elapsed) // until full
+	}
+	return true
+}
+
+// countDown subtracts elapsed ms from a positive duration, keeping it
+// positive: a refusal in force always names a wait.
+func countDown(ms, elapsed int64) int64 {
+	if ms <= 0 {
+		return ms
+	}
+	if ms -= elapsed; ms < 1 {
+		return 1
+	}
+	return ms
+}
+
+// remember caches refusal d for key until its longest wait ends.
+func (c *denyCache) remember(key string, d []int64) {
+	var wait int64
+	for i := 2; i < len(d); i += 3 {
+		if d[i] > wait {
+			wait = d[i]
+		}
+	}
+	if wait <= 0 {
+		return
+	}
+	now := c.now().UnixNano()
+	e := &denial{at: now, until: now + wait*int64(time.Millisecond), d: append([]int64(nil), d...)}
+	c.mu.Lock()
+	if len(c.entries) >= c.max {
+		c.evict(now)
+	}
+	c.entries[key] = e
+	atomic.StoreInt64(&c.n, int64(len(c.entries)))
+	c.mu.Unlock()
+}
+
+// evict drops expired entries, then arbitrary ones until a quarter is
+// free. Requires that c.mu is held.
+func (c *denyCache) evict(now int64) {
+	for k, e := range c.entries {
+		if now >= e.until {
+			delete(c.entries, k)
+		}
+	}
+	for k := range c.entries {
+		if len(c.entries) <= c.max*3/4 {
+			break
+		}
+		delete(c.entries, k)
+	}
+}
