@@ -443,3 +443,14 @@ func TestOverdueDialFailsFast(t *testing.T) {
 		t.Fatalf("stats %+v: the waiting checks must not count against Redis", st)
 	}
 }
+
+func TestDialPanicIsContained(t *testing.T) {
+	// Dials run on the plugin's own goroutines, where a panic would end
+	// Traefik: it becomes a failed dial instead.
+	c := &redisClient{set: redisSettings{addr: "127.0.0.1:1"}, now: func() time.Time { panic("boom") }}
+	if cn, err := c.dialSafe(); cn != nil || err == nil || !strings.Contains(err.Error(), "recovered from a panic: boom") {
+		t.Fatalf("dialSafe with a panicking clock: %v, %v", cn, err)
+	}
+	c.onDialError = func(error) { panic("boom") }
+	c.reportDial(errBadReply) // must return
+}

@@ -231,7 +231,7 @@ type pendingDial struct {
 // failure it gives back the slot taken for it (open), which the caller has
 // taken, and reports the error to onDialError.
 func (c *redisClient) dialAsync(p *pendingDial) {
-	cn, err := c.dial(c.now().Add(c.dialTimeout))
+	cn, err := c.dialSafe()
 	c.mu.Lock()
 	c.dialing--
 	if err != nil {
@@ -242,15 +242,36 @@ func (c *redisClient) dialAsync(p *pendingDial) {
 	}
 	c.mu.Unlock()
 	if err != nil {
-		if c.onDialError != nil {
-			c.onDialError(err) // before done: the waiting check sees it counted
-		}
+		c.reportDial(err) // before done: the waiting check sees it counted
 		// The check waiting for it gets a sentinel: the dial was counted
 		// (and its error logged) by onDialError, the check must not count
 		// it again.
 		p.err = errDialFailed
 	}
 	atomic.StoreInt32(&p.done, 1)
+}
+
+// dialSafe is dial within the dial budget, with a panic turned into an
+// error. This runs on a goroutine of the plugin's own, where nothing of
+// Traefik's recovers: a panic there (Yaegi's lazily built call wrappers are
+// not safe for concurrent first use; seen once in the tests) would end the
+// whole Traefik process instead of one dial.
+func (c *redisClient) dialSafe() (cn *rconn, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			cn, err = nil, fmt.Errorf("dialing redis %s: recovered from a panic: %v", c.set.addr, r)
+		}
+	}()
+	return c.dial(c.now().Add(c.dialTimeout))
+}
+
+// reportDial passes a failed dial to onDialError, recovering a panic as
+// dialSafe does.
+func (c *redisClient) reportDial(err error) {
+	defer func() { _ = recover() }()
+	if c.onDialError != nil {
+		c.onDialError(err)
+	}
 }
 
 // awaitDial waits until deadline for an idle connection (the one p dials,
