@@ -166,15 +166,24 @@ func (c *redisClient) get(deadline time.Time) (cn *rconn, err error) {
 		if err != errPoolExhausted {
 			return cn, err
 		}
-		wait := time.Until(deadline)
-		if wait <= 0 {
+		if !pause(deadline) {
 			return nil, err
 		}
-		if wait > poolPoll {
-			wait = poolPoll
-		}
-		time.Sleep(wait)
 	}
+}
+
+// pause sleeps one poll interval, or until deadline if that is sooner; it
+// reports false when deadline has already passed.
+func pause(deadline time.Time) bool {
+	wait := time.Until(deadline)
+	if wait <= 0 {
+		return false
+	}
+	if wait > poolPoll {
+		wait = poolPoll
+	}
+	time.Sleep(wait)
+	return true
 }
 
 // tryGet is get without waiting.
@@ -290,14 +299,9 @@ func (c *redisClient) awaitDial(p *pendingDial, deadline time.Time) (*rconn, err
 		if atomic.LoadInt32(&p.done) == 1 && p.err != nil {
 			return nil, p.err
 		}
-		wait := time.Until(deadline)
-		if wait <= 0 {
+		if !pause(deadline) {
 			return nil, errDialing
 		}
-		if wait > poolPoll {
-			wait = poolPoll
-		}
-		time.Sleep(wait)
 	}
 }
 

@@ -88,19 +88,10 @@ func dynamicConf(routes ...route) map[string]interface{} {
 // limitOpts is a Tollgate configuration on redisAddr keyed by X-API-Key,
 // with kv overriding (string keys, any values).
 func limitOpts(redisAddr string, kv ...interface{}) map[string]interface{} {
-	m := map[string]interface{}{
+	return withOptions(map[string]interface{}{
 		"sourceCriterion": map[string]interface{}{"requestHeaderName": "X-API-Key"},
 		"redis":           map[string]interface{}{"endpoints": []interface{}{redisAddr}},
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		k := kv[i].(string)
-		if strings.HasPrefix(k, "redis.") {
-			m["redis"].(map[string]interface{})[strings.TrimPrefix(k, "redis.")] = kv[i+1]
-			continue
-		}
-		m[k] = kv[i+1]
-	}
-	return m
+	}, kv...)
 }
 
 var fleetClient = &http.Client{

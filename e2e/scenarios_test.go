@@ -116,10 +116,15 @@ func (e *env) handler(f Factory, name string, options map[string]interface{}) ht
 
 // opts returns options for a limit on this env's Redis, keyed by X-API-Key.
 func (e *env) opts(kv ...interface{}) map[string]interface{} {
-	m := map[string]interface{}{
+	return withOptions(map[string]interface{}{
 		"sourceCriterion": map[string]interface{}{"requestHeaderName": "X-API-Key"},
 		"redis":           map[string]interface{}{"endpoints": []interface{}{e.redis.Addr}, "timeout": "1s"},
-	}
+	}, kv...)
+}
+
+// withOptions sets key/value pairs on options m ("redis.x" keys go into
+// m["redis"]) and returns m.
+func withOptions(m map[string]interface{}, kv ...interface{}) map[string]interface{} {
 	for i := 0; i+1 < len(kv); i += 2 {
 		k := kv[i].(string)
 		if strings.HasPrefix(k, "redis.") {
