@@ -190,17 +190,9 @@ func pause(deadline time.Time) bool {
 func (c *redisClient) tryGet(deadline time.Time) (cn *rconn, err error) {
 	now := c.now().UnixNano()
 	c.mu.Lock()
-	for len(c.idle) > 0 {
-		cn = c.idle[len(c.idle)-1]
-		c.idle[len(c.idle)-1] = nil
-		c.idle = c.idle[:len(c.idle)-1]
-		if now-cn.used < int64(idleTimeout) {
-			c.mu.Unlock()
-			return cn, nil
-		}
-		c.open--
-		_ = cn.nc.Close()
-		cn = nil
+	if cn = c.takeIdle(now); cn != nil {
+		c.mu.Unlock()
+		return cn, nil
 	}
 	if c.dialing > 0 && now-c.dialSince > int64(c.set.timeout) {
 		// A dial has been pending longer than a whole check: Redis is not
@@ -220,6 +212,23 @@ func (c *redisClient) tryGet(deadline time.Time) (cn *rconn, err error) {
 	p := &pendingDial{}
 	go c.dialAsync(p)
 	return c.awaitDial(p, deadline)
+}
+
+// takeIdle pops the most recently used idle connection, closing those idle
+// for idleTimeout on the way; nil when none is left. Requires that c.mu is
+// held.
+func (c *redisClient) takeIdle(now int64) *rconn {
+	for len(c.idle) > 0 {
+		cn := c.idle[len(c.idle)-1]
+		c.idle[len(c.idle)-1] = nil
+		c.idle = c.idle[:len(c.idle)-1]
+		if now-cn.used < int64(idleTimeout) {
+			return cn
+		}
+		c.open--
+		_ = cn.nc.Close()
+	}
+	return nil
 }
 
 // startDial records a dial starting at now; c.mu must be held.
@@ -287,15 +296,13 @@ func (c *redisClient) reportDial(err error) {
 // or any other returned meanwhile), failing at once with p's error.
 func (c *redisClient) awaitDial(p *pendingDial, deadline time.Time) (*rconn, error) {
 	for {
+		now := c.now().UnixNano()
 		c.mu.Lock()
-		if n := len(c.idle); n > 0 {
-			cn := c.idle[n-1]
-			c.idle[n-1] = nil
-			c.idle = c.idle[:n-1]
-			c.mu.Unlock()
+		cn := c.takeIdle(now)
+		c.mu.Unlock()
+		if cn != nil {
 			return cn, nil
 		}
-		c.mu.Unlock()
 		if atomic.LoadInt32(&p.done) == 1 && p.err != nil {
 			return nil, p.err
 		}

@@ -191,6 +191,21 @@ func fixedRate(url string, rate float64, d time.Duration, workers int, keys int)
 	interval := time.Duration(float64(time.Second) / rate)
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers}}
 	start := time.Now().Add(50 * time.Millisecond)
+	errs = forEach(n, workers, func(i int) error {
+		due := start.Add(time.Duration(i) * interval)
+		time.Sleep(time.Until(due))
+		err := get(client, url, "k"+strconv.Itoa(i%keys))
+		lat[i] = time.Since(due)
+		return err
+	})
+	client.CloseIdleConnections()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat, errs
+}
+
+// forEach calls f(0), ..., f(n-1) from workers goroutines, each taking the
+// next index, and returns how many calls failed.
+func forEach(n, workers int, f func(i int) error) (errs int64) {
 	var next int64 = -1
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
@@ -202,25 +217,27 @@ func fixedRate(url string, rate float64, d time.Duration, workers int, keys int)
 				if i >= n {
 					return
 				}
-				due := start.Add(time.Duration(i) * interval)
-				time.Sleep(time.Until(due))
-				req, _ := http.NewRequest("GET", url, nil)
-				req.Header.Set("X-API-Key", "k"+strconv.Itoa(i%keys))
-				resp, err := client.Do(req)
-				if err != nil {
+				if f(i) != nil {
 					atomic.AddInt64(&errs, 1)
-				} else {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
 				}
-				lat[i] = time.Since(due)
 			}
 		}()
 	}
 	wg.Wait()
-	client.CloseIdleConnections()
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	return lat, errs
+	return errs
+}
+
+// get sends GET url with the X-API-Key key and reads the reply.
+func get(client *http.Client, url, key string) error {
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("X-API-Key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return nil
 }
 
 func pct(lat []time.Duration, p float64) float64 {
@@ -233,30 +250,7 @@ func pct(lat []time.Duration, p float64) float64 {
 // fill sends n requests with distinct keys to route, as fast as workers allow.
 func fill(url string, n, workers int, prefix string) (errs int64) {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
-	var next int64 = -1
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := atomic.AddInt64(&next, 1)
-				if i >= int64(n) {
-					return
-				}
-				req, _ := http.NewRequest("GET", url, nil)
-				req.Header.Set("X-API-Key", prefix+strconv.FormatInt(i, 10))
-				resp, err := client.Do(req)
-				if err != nil {
-					atomic.AddInt64(&errs, 1)
-					continue
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		}()
-	}
-	wg.Wait()
+	errs = forEach(n, workers, func(i int) error { return get(client, url, prefix+strconv.Itoa(i)) })
 	client.CloseIdleConnections()
 	return errs
 }
