@@ -243,7 +243,7 @@ func TestIdleConnectionsArePruned(t *testing.T) {
 	c.put(conns[2], t0.Add(idleTimeout))
 	d := make([]int64, 4)
 	at := t0.Add(idleTimeout + time.Millisecond)
-	if err := c.check(h.top.cmd, "tollgate:{0123456789abcdef}", d, at, at.UnixNano(), time.Second); err != nil {
+	if err := c.check(h.top.cmd, "tg{0123456789}", d, at, at.UnixNano(), time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if c.open != 1 || len(c.idle) != 1 || c.idle[0] != conns[2] {
@@ -370,7 +370,7 @@ func TestLateReplyIsTaken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := "tollgate:{0123456789abcdef}"
+	key := "tg{0123456789}"
 	// Send the call, let the reply arrive, then exchange under a deadline
 	// already past: only the late look can see the reply.
 	if _, err := cn.nc.Write(h.top.cmd.appendCall(nil, h.top.cmd.shaHead, key)); err != nil {
@@ -410,7 +410,7 @@ func TestLateWriteDoesNotCountAgainstRedis(t *testing.T) {
 	waitIdle(t, c, 1)
 	d := make([]int64, 4)
 	past := time.Now().Add(-time.Second)
-	err := c.check(h.top.cmd, "tollgate:{0123456789abcdef}", d, past, past.UnixNano(), time.Millisecond)
+	err := c.check(h.top.cmd, "tg{0123456789}", d, past, past.UnixNano(), time.Millisecond)
 	if err != errLate {
 		t.Fatalf("check past its deadline: %v, want errLate", err)
 	}

@@ -137,14 +137,20 @@ func (s *sourceCriterion) isExcluded(addr string) bool {
 	return false
 }
 
-// keyPrefix starts every Tollgate key (an ACL can be scoped to tollgate:*).
-const keyPrefix = "tollgate:"
+// keyPrefix starts every Tollgate key (an ACL can be scoped to tg{*).
+const keyPrefix = "tg{"
 
 // clientKey returns the Redis key of a client's top-level bucket in a class:
-// tollgate:{tag}, where tag is 96 bits of SHA-256 over class and identity in
-// URL-safe base64. Rule buckets append ":name"; the shared {tag} puts all of
-// one request's keys in one Redis Cluster slot.
+// tg{tag}, where tag is the first 60 bits of SHA-256 over class and
+// identity, as 10 characters of URL-safe base64. Rule buckets append
+// ":name"; the shared {tag} puts all of one request's keys in one Redis
+// Cluster slot.
+//
+// The key is kept at 14 bytes, the most Redis stores in a 16-byte
+// allocation: a bucket then takes 56 bytes (MEMORY USAGE) instead of 72.
+// 60 bits make two of 1,000,000 active clients of a class share a bucket
+// with probability 4e-7.
 func clientKey(class, identity string) string {
 	sum := sha256.Sum256([]byte(class + "\x00" + identity))
-	return keyPrefix + "{" + base64.RawURLEncoding.EncodeToString(sum[:12]) + "}"
+	return keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}"
 }

@@ -56,8 +56,8 @@ func TestIdentity(t *testing.T) {
 
 func TestClientKey(t *testing.T) {
 	a := clientKey("api", "h:"+strings.Repeat("k", 100000))
-	if len(a) != len("tollgate:{}")+16 || !strings.HasPrefix(a, "tollgate:{") || !strings.HasSuffix(a, "}") {
-		t.Fatalf("clientKey = %q: want tollgate:{16 chars} whatever the identity's size", a)
+	if len(a) != 14 || !strings.HasPrefix(a, "tg{") || !strings.HasSuffix(a, "}") {
+		t.Fatalf("clientKey = %q: want tg{10 chars} (14 bytes) whatever the identity's size", a)
 	}
 	if strings.Contains(clientKey("api", "h:secret-key"), "secret") {
 		t.Fatal("the identity appears in the key")

@@ -514,11 +514,19 @@ func TestKeysExpireWhenFullAndHideTheIdentity(t *testing.T) {
 		}
 		sort.Strings(keys)
 		top, rule := keys[0], keys[1]
-		if !strings.HasPrefix(top, "tollgate:{") || !strings.HasSuffix(top, "}") || rule != top+":search" {
-			t.Fatalf("keys %q, %q: want tollgate:{tag} and tollgate:{tag}:search (one hash slot)", top, rule)
+		if !strings.HasPrefix(top, "tg{") || !strings.HasSuffix(top, "}") || rule != top+":search" {
+			t.Fatalf("keys %q, %q: want tg{tag} and tg{tag}:search (one hash slot)", top, rule)
 		}
 		if strings.Contains(top+rule, "sk_live") {
 			t.Fatalf("the API key appears in Redis: %q", keys)
+		}
+		// Compact buckets: the TAT is an integer Redis keeps inside the
+		// key's object, and the 14-byte key fits a 16-byte allocation.
+		if enc, err := redisString(e.redis.Do("OBJECT", "ENCODING", top)); err != nil || enc != "int" {
+			t.Fatalf("OBJECT ENCODING %s = %q (%v), want int", top, enc, err)
+		}
+		if n, err := redisInt(e.redis.Do("MEMORY", "USAGE", top)); err != nil || n > 64 {
+			t.Fatalf("MEMORY USAGE %s = %d (%v), want at most 64 bytes", top, n, err)
 		}
 		// Each key expires when its bucket is full again: 3 tokens taken at
 		// 1/s and at 1/2s.
