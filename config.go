@@ -42,9 +42,12 @@ type Config struct {
 	// unavailable: "open" (the local fallback bucket decides) or "closed"
 	// (503). Rules default to it. Default "open".
 	FailureMode string `json:"failureMode,omitempty" yaml:"failureMode,omitempty" toml:"failureMode,omitempty"`
-	// Replicas is the number of Traefik replicas sharing the limit: while
-	// Redis is unavailable each pod allows Average/Replicas and
-	// Burst/Replicas (at least 1). Default 1; 0 means 1.
+	// Replicas is the number of Traefik replicas sharing the limit, for the
+	// local fallback: while Redis is unavailable each pod allows
+	// Average/N and Burst/N (at least one request), where N is the number
+	// of pods last counted by the heartbeat (redis.heartbeat) or, until one
+	// was counted and always when the heartbeat is off, Replicas. Default 1;
+	// 0 means 1.
 	Replicas int64 `json:"replicas,omitempty" yaml:"replicas,omitempty" toml:"replicas,omitempty"`
 	// Headers selects the response headers: "ietf" (RateLimit-Policy and
 	// RateLimit), "legacy" (X-RateLimit-Limit/Remaining/Reset), "both" or
@@ -133,6 +136,12 @@ type RedisConfig struct {
 	// ProbeInterval is how often an open breaker lets one check through to
 	// probe Redis. Default "3s".
 	ProbeInterval string `json:"probeInterval,omitempty" yaml:"probeInterval,omitempty" toml:"probeInterval,omitempty"`
+	// Heartbeat is how often each pod registers itself in Redis for the
+	// class, so that the local fallback knows how many pods share the limit
+	// (see Replicas). A pod not heard from for 3 heartbeats is no longer
+	// counted. Default "5s"; "0" turns it off (Replicas is then used as
+	// given).
+	Heartbeat string `json:"heartbeat,omitempty" yaml:"heartbeat,omitempty" toml:"heartbeat,omitempty"`
 }
 
 // TLSConfig holds file paths (PEM) and the verification switch.
@@ -159,6 +168,7 @@ func CreateConfig() *Config {
 			PoolSize:         64,
 			BreakerThreshold: 3,
 			ProbeInterval:    "3s",
+			Heartbeat:        "5s",
 		},
 	}
 }
@@ -174,9 +184,9 @@ type policy struct {
 	name       string // policy name in headers; "" key suffix for the top level
 	keySuffix  string // appended to the client's key; "" for the top level
 	lim        limit
-	local      limit // the per-pod fallback share
 	average    int64
-	periodSecs int64 // w in RateLimit-Policy
+	periodUS   float64 // the period, µs
+	periodSecs int64   // w in RateLimit-Policy
 	failClosed bool
 	// rule matching; the top-level policy matches everything
 	pathPrefix string
@@ -192,7 +202,8 @@ type settings struct {
 	headers  int
 	decision string // DecisionHeader, canonical; "" when off
 	redis    redisSettings
-	disabled bool // no policy at all
+	replicas int64 // Replicas: the fallback's divisor until a heartbeat count is seen
+	disabled bool  // no policy at all
 }
 
 // validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
@@ -302,7 +313,7 @@ func sanitizeName(s string) string {
 
 // compileLimit validates one bucket's numbers and returns its policy.
 // prefix is "" for the top level or "rules[i]." for a rule.
-func compileLimit(prefix string, average int64, period string, burst, cost, replicas int64) (*policy, error) {
+func compileLimit(prefix string, average int64, period string, burst, cost int64) (*policy, error) {
 	if average <= 0 {
 		return nil, fmt.Errorf("%saverage: %d must be greater than zero", prefix, average)
 	}
@@ -325,23 +336,31 @@ func compileLimit(prefix string, average int64, period string, burst, cost, repl
 	if interval < 1e-3 {
 		return nil, fmt.Errorf("%saverage: %d per %s is faster than one token per ns", prefix, average, per)
 	}
-	// The local share: Average/Replicas over the same period, Burst/Replicas,
-	// each at least 1 token (and never less than one request's cost).
-	lb := burst / replicas
-	if lb < cost {
-		lb = cost
-	}
-	la := float64(average) / float64(replicas)
 	p := &policy{
 		lim:        limit{interval: interval, burst: float64(burst), cost: float64(cost)},
-		local:      limit{interval: float64(per.Microseconds()) / la, burst: float64(lb), cost: float64(cost)},
 		average:    average,
 		periodSecs: int64(per.Seconds()),
+		periodUS:   float64(per.Microseconds()),
 	}
 	if p.periodSecs < 1 {
 		p.periodSecs = 1
 	}
 	return p, nil
+}
+
+// localShare is the per-pod fallback bucket while Redis is unavailable and
+// replicas pods share the limit: average/replicas over the same period,
+// burst/replicas, each at least one request's cost.
+func (p *policy) localShare(replicas int64) limit {
+	if replicas < 1 {
+		replicas = 1
+	}
+	lb := int64(p.lim.burst) / replicas
+	if lb < int64(p.lim.cost) {
+		lb = int64(p.lim.cost)
+	}
+	la := float64(p.average) / float64(replicas)
+	return limit{interval: p.periodUS / la, burst: float64(lb), cost: p.lim.cost}
 }
 
 // compile validates cfg and prepares everything ServeHTTP needs.
@@ -366,7 +385,7 @@ func compile(cfg *Config, name string) (*settings, error) {
 			return nil, err
 		}
 	}
-	replicas := orDefault(cfg.Replicas, 1)
+	s.replicas = orDefault(cfg.Replicas, 1)
 	period := cfg.Period
 	if strings.TrimSpace(period) == "" {
 		period = "1s"
@@ -376,7 +395,7 @@ func compile(cfg *Config, name string) (*settings, error) {
 		return nil, err
 	}
 	if cfg.Average > 0 {
-		p, err := compileLimit("", cfg.Average, period, cfg.Burst, cfg.Cost, replicas)
+		p, err := compileLimit("", cfg.Average, period, cfg.Burst, cfg.Cost)
 		if err != nil {
 			return nil, err
 		}
@@ -400,7 +419,7 @@ func compile(cfg *Config, name string) (*settings, error) {
 		if strings.TrimSpace(rp) == "" {
 			rp = period
 		}
-		p, err := compileLimit(field+".", r.Average, rp, r.Burst, orDefault(r.Cost, orDefault(cfg.Cost, 1)), replicas)
+		p, err := compileLimit(field+".", r.Average, rp, r.Burst, orDefault(r.Cost, orDefault(cfg.Cost, 1)))
 		if err != nil {
 			return nil, err
 		}
@@ -465,6 +484,7 @@ type redisSettings struct {
 	breakerThreshold int64
 	probeInterval    time.Duration
 	probeNS          int64 // probeInterval in ns, for the breaker
+	heartbeatNS      int64 // heartbeat interval in ns; 0: off
 }
 
 // connKey identifies a Redis connection in the registry: what changes the
@@ -524,6 +544,18 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 	if r.probeInterval, err = positiveDuration("redis.probeInterval", pi); err != nil {
 		return r, err
 	}
+	hb := c.Heartbeat
+	if strings.TrimSpace(hb) == "" {
+		hb = "5s"
+	}
+	beat, err := parseDuration("redis.heartbeat", hb)
+	if err != nil {
+		return r, err
+	}
+	if beat != 0 && beat < 100*time.Millisecond {
+		return r, fmt.Errorf("redis.heartbeat: %q is shorter than 100ms (0 turns it off)", c.Heartbeat)
+	}
+	r.heartbeatNS = int64(beat)
 	if err := nonNegative("redis.poolSize", c.PoolSize); err != nil {
 		return r, err
 	}

@@ -53,12 +53,15 @@ func TestCompileLocalShare(t *testing.T) {
 	for _, tc := range []struct {
 		desc                     string
 		average, burst, replicas int64
+		seen                     int64 // pods counted by the heartbeat; 0: none yet
 		wantLocalBurst           float64
 		wantLocalIntervalSeconds float64
 	}{
 		{desc: "100/min burst 20 over 3 pods", average: 100, burst: 20, replicas: 3, wantLocalBurst: 6, wantLocalIntervalSeconds: 1.8},
 		{desc: "more pods than burst: at least one request", average: 100, burst: 20, replicas: 100, wantLocalBurst: 1, wantLocalIntervalSeconds: 60},
 		{desc: "replicas 0 means 1", average: 60, burst: 10, replicas: 0, wantLocalBurst: 10, wantLocalIntervalSeconds: 1},
+		{desc: "the heartbeat's count wins over replicas", average: 100, burst: 20, replicas: 3, seen: 2, wantLocalBurst: 10, wantLocalIntervalSeconds: 1.2},
+		{desc: "the heartbeat's count may exceed replicas", average: 100, burst: 20, replicas: 1, seen: 4, wantLocalBurst: 5, wantLocalIntervalSeconds: 2.4},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			cfg := CreateConfig()
@@ -67,7 +70,11 @@ func TestCompileLocalShare(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := s.top.local
+			var hb *heartbeat
+			if tc.seen > 0 {
+				hb = &heartbeat{seen: tc.seen}
+			}
+			l := s.top.localShare(replicasSeen(hb, s.replicas))
 			if l.burst != tc.wantLocalBurst || math.Abs(l.interval/1e6-tc.wantLocalIntervalSeconds) > 1e-9 {
 				t.Fatalf("local share: burst %v, %v s per token; want %v, %v", l.burst, l.interval/1e6, tc.wantLocalBurst, tc.wantLocalIntervalSeconds)
 			}

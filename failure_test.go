@@ -14,13 +14,14 @@ import (
 	"time"
 )
 
-// fakeRedis answers every EVALSHA/EVAL with reply, and CLIENT SETNAME with
-// +OK. An in-process fake, for unit tests of reply handling only: the
+// fakeRedis answers every EVALSHA/EVAL of the bucket script with reply,
+// heartbeats as if 3 pods were registered, and CLIENT SETNAME with +OK. An in-process fake, for unit tests of reply handling only: the
 // behaviour against Redis itself is tested against real redis-servers in e2e.
 type fakeRedis struct {
 	l       net.Listener
 	reply   string
-	evals   int64
+	evals   int64 // bucket checks
+	beats   int64 // heartbeats
 	setName int64 // Unix ns: CLIENT SETNAME is answered no sooner (a slow dial)
 	names   int64 // CLIENT commands received
 }
@@ -59,6 +60,15 @@ func (f *fakeRedis) conn(c net.Conn) {
 		if args[0] == "CLIENT" {
 			atomic.AddInt64(&f.names, 1)
 			time.Sleep(time.Until(time.Unix(0, atomic.LoadInt64(&f.setName))))
+		}
+		switch args[0] {
+		case "TIME":
+			reply = "*2\r\n$10\r\n1700000000\r\n$1\r\n0\r\n"
+		case "ZADD", "ZREMRANGEBYSCORE", "PEXPIRE":
+			reply = ":1\r\n"
+		case "ZCARD":
+			atomic.AddInt64(&f.beats, 1)
+			reply = ":3\r\n"
 		}
 		if args[0] == "EVALSHA" || args[0] == "EVAL" {
 			atomic.AddInt64(&f.evals, 1)

@@ -48,12 +48,12 @@ func golden(t *testing.T, name, got string) {
 
 func testSet(t *testing.T) *policySet {
 	t.Helper()
-	api, err := compileLimit("", 100, "1m", 20, 1, 1)
+	api, err := compileLimit("", 100, "1m", 20, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	api.name = "api"
-	login, err := compileLimit("rules[0].", 5, "1m", 5, 1, 1)
+	login, err := compileLimit("rules[0].", 5, "1m", 5, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

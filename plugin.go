@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Tollgate is the middleware handler built by New.
@@ -43,6 +44,7 @@ type Tollgate struct {
 	be    *backend
 	local *localBuckets
 	top   *policySet // the set when no rule matches; nil without a top-level limit
+	hb    *heartbeat // the class's pod count; nil with the heartbeat off
 
 	mu   sync.Mutex // guards sets
 	sets map[uint64]*policySet
@@ -52,7 +54,9 @@ type Tollgate struct {
 // top-level limit (if any) plus the rules that matched, in config order.
 type policySet struct {
 	ps           []*policy
-	locals       []limit  // fallback bucket shapes
+	localsMu     sync.Mutex
+	locals       []limit // fallback bucket shapes for localsN pods
+	localsN      int64
 	quoted       []string // `"name"` of each policy
 	decisionLen  int      // len of a decision over ps
 	cmd          *command
@@ -74,6 +78,9 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	if t.be, err = shared.backend(set.redis); err != nil {
 		return nil, fmt.Errorf("tollgate %s: %w", name, err)
 	}
+	if set.redis.heartbeatNS > 0 {
+		t.hb = t.be.heartbeatFor(set.class, time.Now().UnixNano())
+	}
 	if set.top != nil {
 		t.top = newPolicySet([]*policy{set.top})
 	}
@@ -83,12 +90,26 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 func newPolicySet(ps []*policy) *policySet {
 	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps)), denied: newDenyCache(maxDenials)}
 	for _, p := range ps {
-		s.locals = append(s.locals, p.local)
 		s.quoted = append(s.quoted, `"`+p.name+`"`)
 		s.failClosed = s.failClosed || p.failClosed
 	}
 	s.cmd = newCommand(ps, len(clientKey("", "")))
 	return s
+}
+
+// localShares returns the fallback bucket shapes when n pods share the
+// limits (computed again when n changes).
+func (s *policySet) localShares(n int64) []limit {
+	s.localsMu.Lock()
+	defer s.localsMu.Unlock()
+	if s.localsN != n || s.locals == nil {
+		locals := make([]limit, len(s.ps))
+		for i, p := range s.ps {
+			locals[i] = p.localShare(n)
+		}
+		s.locals, s.localsN = locals, n
+	}
+	return s.locals
 }
 
 // policiesFor returns the policy set that applies to req, or nil.
@@ -215,7 +236,7 @@ var decisionNames = [...]string{"redis", "local", "unavailable", "cache"}
 // fallback.go). It returns decidedUnavailable when Redis is unavailable and
 // a policy fails closed.
 func (t *Tollgate) decide(set *policySet, key string, d []int64) int {
-	if t.be.check(set.cmd, key, d, &t.set.redis) == nil {
+	if t.be.check(set.cmd, key, d, &t.set.redis, t.hb) == nil {
 		return decidedRedis
 	}
 	return t.fallback(set, key, d)
@@ -233,6 +254,6 @@ func (t *Tollgate) fallback(set *policySet, key string, d []int64) int {
 	for i, p := range set.ps {
 		keys[i] = key + p.keySuffix
 	}
-	t.local.take(keys, set.locals, d)
+	t.local.take(keys, set.localShares(replicasSeen(t.hb, t.set.replicas)), d)
 	return decidedLocal
 }

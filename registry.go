@@ -91,6 +91,10 @@ type backend struct {
 	setMu sync.Mutex
 	set   redisSettings // the latest New's, for failures outside a check (dials)
 
+	beatsMu sync.Mutex
+	beats   map[string]*heartbeat // by class (heartbeat.go)
+	beating int32                 // 1 while beatLoop runs
+
 	lastUsed int64 // Unix ns of the last check
 	lastLog  int64 // Unix ns of the last failure logged
 
@@ -105,7 +109,10 @@ type backend struct {
 // timeout and breaker settings, and records the outcome. The
 // closed-breaker test is inlined; failures are handled by failed (the hot
 // path stays small, see Tollgate.ServeHTTP).
-func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings) error {
+//
+// hb, when not nil, is the caller's class heartbeat: a successful check
+// starts one when it is due (heartbeat.go).
+func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
 	now := b.now()
 	ns := now.UnixNano()
 	atomic.StoreInt64(&b.lastUsed, ns)
@@ -118,6 +125,9 @@ func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings) e
 		b.failed(ns, err, o)
 	} else {
 		b.breaker.success(ns)
+		if hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
+			b.beat(hb, ns, o)
+		}
 	}
 	return err
 }

@@ -17,7 +17,7 @@ func FuzzExchangeReply(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	p, err := compileLimit("", 60, "1m", 5, 1, 1)
+	p, err := compileLimit("", 60, "1m", 5, 1)
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -420,12 +420,14 @@ func waitScriptCalls(t *testing.T, r *Redis, within time.Duration) time.Time {
 func TestFleetRedisKilled(t *testing.T) {
 	// 600 a minute, burst 20, 3 replicas: while Redis is down each replica
 	// allows 200 a minute (3.33/s) and bursts of 6. POST /login fails closed.
+	// No replicas setting: the pods count each other by heartbeat (with
+	// replicas at its default, 1, each would allow the whole limit).
 	const probe = time.Second
 	fe := startFleet(t, 3, func(addr string) map[string]interface{} {
 		login := map[string]interface{}{"name": "login", "pathPrefix": "/login", "methods": []interface{}{"POST"},
 			"average": 60, "period": "1m", "burst": 10, "failureMode": "closed"}
 		return dynamicConf(route{"api", "PathPrefix(`/`)", limitOpts(addr, "average", 600, "period", "1m", "burst", 20,
-			"replicas", 3, "rules", []interface{}{login}, "redis.probeInterval", "1s", "decisionHeader", "X-Tollgate-Decision")})
+			"redis.heartbeat", "500ms", "rules", []interface{}{login}, "redis.probeInterval", "1s", "decisionHeader", "X-Tollgate-Decision")})
 	}, "api@file")
 	steady := []string{fleetKey(t, "steady1"), fleetKey(t, "steady2")}
 	runaway, login := fleetKey(t, "runaway"), fleetKey(t, "login")

@@ -27,7 +27,8 @@ func TestAuthUserPasswordFileAndDatabase(t *testing.T) {
 	forEachKind(t, func(t *testing.T, e *env) {
 		// The minimal ACL the README documents, plus SELECT for db 3.
 		if _, err := e.redis.Do("ACL", "SETUSER", "limiter", "on", ">s3cret", "~tg{*", "resetchannels", "-@all",
-			"+evalsha", "+eval", "+get", "+set", "+time", "+client|setname", "+select"); err != nil {
+			"+evalsha", "+eval", "+get", "+set", "+time", "+client|setname",
+			"+zadd", "+zremrangebyscore", "+pexpire", "+zcard", "+select"); err != nil {
 			t.Fatal(err)
 		}
 		secret := filepath.Join(t.TempDir(), "password")
@@ -50,9 +51,19 @@ func TestAuthUserPasswordFileAndDatabase(t *testing.T) {
 		if !strings.Contains(clients, "name=tollgate") || !regexpMatch(`name=tollgate .*db=3 .*user=limiter`, clients) {
 			t.Fatalf("CLIENT LIST has no tollgate connection as user limiter on db 3:\n%s", clients)
 		}
-		ks, _ := e.redis.Info("keyspace")
-		if !strings.HasPrefix(ks["db3"], "keys=1,") {
-			t.Fatalf("keyspace %v, want the bucket in db 3", ks)
+		// The bucket and the pods' heartbeat set, in db 3; the ACL refused
+		// nothing (ACL LOG).
+		var ks map[string]string
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if ks, _ = e.redis.Info("keyspace"); strings.HasPrefix(ks["db3"], "keys=2,") {
+				break
+			}
+		}
+		if !strings.HasPrefix(ks["db3"], "keys=2,") {
+			t.Fatalf("keyspace %v, want the bucket and the heartbeat set in db 3", ks)
+		}
+		if denied, err := e.redis.Do("ACL", "LOG"); err != nil || len(denied.([]interface{})) != 0 {
+			t.Fatalf("ACL LOG = %v (%v): the documented ACL refused a command", denied, err)
 		}
 		// A wrong password is a failure like any other: 503 when closed.
 		o = e.opts("average", 60, "period", "1m", "burst", 5, "failureMode", "closed",

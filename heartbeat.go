@@ -1,0 +1,286 @@
+package tollgate
+
+// How many pods share a limit, without configuration.
+//
+// The local fallback divides a limit by the number of pods sharing it (see
+// fallback.go). Each pod (process) registers itself per class and Redis in
+// a sorted set, tg{hb:<class>}, member its instance id, score Redis's TIME
+// in ms; the same heartbeat drops the members not heard from for 3
+// heartbeats and counts those left, which the pod keeps as the class's
+// replica count. So a pod that stops (or stops serving the class) leaves
+// the count within 3 heartbeats.
+//
+// Heartbeats ride on traffic: a successful check whose class has not
+// beaten for a heartbeat interval asks for one; a short-lived goroutine
+// (one at a time per Redis, ending when nothing is left to send) sends
+// every class asked for in one batch. So nothing runs while a pod is idle,
+// and a class whose middlewares were dropped by a reload stops beating. The
+// count survives Redis outages: it is what the fallback needs then.
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// maxHeartbeats bounds the classes a backend beats for; past it, classes
+// not used for an hour are forgotten.
+const maxHeartbeats = 1024
+
+// instanceID names this process in the heartbeat sets.
+var instanceID = newInstanceID()
+
+func newInstanceID() string {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	return hex.EncodeToString(b)
+}
+
+// heartbeat is one class's registration on one Redis. Fields are accessed
+// atomically.
+type heartbeat struct {
+	key   string // tg{hb:<class>}
+	last  int64  // Unix ns of the last heartbeat asked for
+	ttlMS int64  // 3 heartbeats, ms, from the latest caller's settings
+	due   int32  // 1: asked for, not yet sent
+	seen  int64  // pods counted by the last heartbeat that succeeded; 0: none yet
+}
+
+// replicasSeen is the divisor of the local fallback: the pods last counted
+// by hb, or floor when none were (or the heartbeat is off: hb nil).
+func replicasSeen(hb *heartbeat, floor int64) int64 {
+	if hb != nil {
+		if n := atomic.LoadInt64(&hb.seen); n > 0 {
+			return n
+		}
+	}
+	return floor
+}
+
+// heartbeatFor returns the class's heartbeat on this backend, creating it
+// on first use.
+func (b *backend) heartbeatFor(class string, now int64) *heartbeat {
+	b.beatsMu.Lock()
+	defer b.beatsMu.Unlock()
+	if hb, ok := b.beats[class]; ok {
+		return hb
+	}
+	if len(b.beats) >= maxHeartbeats {
+		for k, hb := range b.beats {
+			if now-atomic.LoadInt64(&hb.last) > int64(time.Hour) {
+				delete(b.beats, k)
+			}
+		}
+	}
+	hb := &heartbeat{key: "tg{hb:" + class + "}"}
+	if b.beats == nil {
+		b.beats = make(map[string]*heartbeat)
+	}
+	b.beats[class] = hb
+	return hb
+}
+
+// beat asks for a heartbeat of hb at ns (Unix ns) unless another caller
+// just did, and starts the backend's heartbeat goroutine unless it runs:
+// one goroutine per Redis sends every class asked for in one batch, so
+// many classes cost one connection and one round trip or two.
+func (b *backend) beat(hb *heartbeat, ns int64, o *redisSettings) {
+	last := atomic.LoadInt64(&hb.last)
+	if ns-last < o.heartbeatNS || !atomic.CompareAndSwapInt64(&hb.last, last, ns) {
+		return
+	}
+	atomic.StoreInt64(&hb.ttlMS, 3*o.heartbeatNS/int64(time.Millisecond))
+	atomic.StoreInt32(&hb.due, 1)
+	if atomic.CompareAndSwapInt32(&b.beating, 0, 1) {
+		go b.beatLoop()
+	}
+}
+
+// beatLoop sends the heartbeats asked for until none is left, then ends.
+// A panic (see dialSafe) ends it and lets the next beat start another.
+func (b *backend) beatLoop() {
+	defer func() {
+		_ = recover()
+		atomic.StoreInt32(&b.beating, 0)
+	}()
+	for {
+		batch := b.dueBeats()
+		if len(batch) == 0 {
+			atomic.StoreInt32(&b.beating, 0)
+			// One asked for between dueBeats and the store above would
+			// otherwise wait for the next interval.
+			if len(b.dueBeatsPeek()) == 0 || !atomic.CompareAndSwapInt32(&b.beating, 0, 1) {
+				return
+			}
+			continue
+		}
+		b.client.heartbeat(batch)
+	}
+}
+
+// dueBeats takes the heartbeats asked for.
+func (b *backend) dueBeats() []*heartbeat {
+	b.beatsMu.Lock()
+	defer b.beatsMu.Unlock()
+	var batch []*heartbeat
+	for _, hb := range b.beats {
+		if atomic.CompareAndSwapInt32(&hb.due, 1, 0) {
+			batch = append(batch, hb)
+		}
+	}
+	return batch
+}
+
+// dueBeatsPeek is dueBeats without taking them.
+func (b *backend) dueBeatsPeek() []*heartbeat {
+	b.beatsMu.Lock()
+	defer b.beatsMu.Unlock()
+	var batch []*heartbeat
+	for _, hb := range b.beats {
+		if atomic.LoadInt32(&hb.due) == 1 {
+			batch = append(batch, hb)
+		}
+	}
+	return batch
+}
+
+// heartbeat registers the pod for every class of batch and records the
+// counts, on a pooled connection within the dial budget: TIME, then
+// (pipelined, one flush) for each class
+//
+//	ZADD key <TIME ms> <instance id>
+//	ZREMRANGEBYSCORE key -inf <TIME ms - 3 heartbeats>
+//	PEXPIRE key <3 heartbeats>
+//	ZCARD key
+//
+// Plain commands, not a script: Redis's clock is read first, and the
+// replies are small integers. (A script would show up among the bucket
+// checks in INFO commandstats.) Failures are left to the checks to notice;
+// the counts keep their last values.
+func (c *redisClient) heartbeat(batch []*heartbeat) {
+	deadline := c.now().Add(c.dialTimeout)
+	cn, err := c.get(deadline)
+	if err != nil {
+		return
+	}
+	if err = beatOn(cn, batch, deadline); err != nil {
+		c.discard(cn)
+		return
+	}
+	c.put(cn, c.now())
+}
+
+// beatOn runs the heartbeats of batch on cn.
+func beatOn(cn *rconn, batch []*heartbeat, deadline time.Time) error {
+	if err := cn.nc.SetDeadline(deadline); err != nil {
+		return err
+	}
+	if _, err := cn.nc.Write([]byte("*1\r\n$4\r\nTIME\r\n")); err != nil {
+		return err
+	}
+	us, err := readTime(cn.br)
+	if err != nil {
+		return err
+	}
+	now := us / 1000
+	var b []byte
+	for _, hb := range batch {
+		ttlMS := atomic.LoadInt64(&hb.ttlMS)
+		b = command3(b, "ZADD", hb.key, strconv.FormatInt(now, 10), instanceID)
+		b = command3(b, "ZREMRANGEBYSCORE", hb.key, "-inf", strconv.FormatInt(now-ttlMS, 10))
+		b = command3(b, "PEXPIRE", hb.key, strconv.FormatInt(ttlMS, 10))
+		b = command3(b, "ZCARD", hb.key)
+	}
+	if _, err := cn.nc.Write(b); err != nil {
+		return err
+	}
+	for _, hb := range batch {
+		var n int64
+		for i := 0; i < 4; i++ {
+			if n, err = readInt(cn.br); err != nil {
+				return err
+			}
+		}
+		if n > 0 {
+			atomic.StoreInt64(&hb.seen, n)
+		}
+	}
+	return nil
+}
+
+// command3 appends a command (verb and arguments) in RESP.
+func command3(b []byte, verb string, args ...string) []byte {
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(1+len(args)), 10)
+	b = append(b, "\r\n"...)
+	b = bulk(b, verb)
+	for _, a := range args {
+		b = bulk(b, a)
+	}
+	return b
+}
+
+// readLine reads one reply line without its CRLF; an error reply is an
+// error.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	line = bytes.TrimRight(line, "\r\n")
+	if len(line) == 0 {
+		return nil, errBadReply
+	}
+	if line[0] == '-' {
+		return nil, fmt.Errorf("%w: %s", errBadReply, line[1:])
+	}
+	return line, nil
+}
+
+// readInt reads an integer reply.
+func readInt(br *bufio.Reader) (int64, error) {
+	line, err := readLine(br)
+	if err != nil {
+		return 0, err
+	}
+	if line[0] != ':' {
+		return 0, errBadReply
+	}
+	n, err := strconv.ParseInt(string(line[1:]), 10, 64)
+	if err != nil {
+		return 0, errBadReply
+	}
+	return n, nil
+}
+
+// readTime reads TIME's reply, in µs since the Unix epoch.
+func readTime(br *bufio.Reader) (int64, error) {
+	line, err := readLine(br)
+	if err != nil {
+		return 0, err
+	}
+	if string(line) != "*2" {
+		return 0, errBadReply
+	}
+	var v [2]int64
+	for i := range v {
+		if _, err := readLine(br); err != nil { // $len
+			return 0, err
+		}
+		line, err := readLine(br)
+		if err != nil {
+			return 0, err
+		}
+		if v[i], err = strconv.ParseInt(string(line), 10, 64); err != nil || v[i] < 0 {
+			return 0, errBadReply
+		}
+	}
+	return v[0]*1000000 + v[1], nil
+}
