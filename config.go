@@ -35,6 +35,18 @@ type Config struct {
 	// at most one of requestHeaderName, requestHost, ipStrategy. Default: the
 	// client IP from the connection (ipStrategy with depth 0).
 	SourceCriterion *SourceCriterion `json:"sourceCriterion,omitempty" yaml:"sourceCriterion,omitempty" toml:"sourceCriterion,omitempty"`
+	// Shards splits each client's buckets (the top level's and the rules')
+	// into this many sub-buckets, each with 1/Shards of the average and of
+	// the burst, whose keys carry the shard in the hash tag
+	// (tg{tag:i}), so that in a Redis Cluster one hot client spreads over
+	// several slots and nodes. Each request is charged to one sub-bucket
+	// picked at random. The limit becomes approximate: never more than the
+	// limit is admitted, but a client may be refused while another shard
+	// still holds tokens (see the README). All of one request's buckets are
+	// charged in one script, hence in one shard; so the setting is the
+	// middleware's, not a rule's. Default 1 (no split); at most 1024; burst
+	// must be at least Shards x Cost.
+	Shards int64 `json:"shards,omitempty" yaml:"shards,omitempty" toml:"shards,omitempty"`
 	// Rules add buckets for matching requests; every matching rule is charged
 	// together with the top-level limit, all or nothing. Default none.
 	Rules []Rule `json:"rules,omitempty" yaml:"rules,omitempty" toml:"rules,omitempty"`
@@ -183,7 +195,8 @@ const (
 type policy struct {
 	name       string // policy name in headers; "" key suffix for the top level
 	keySuffix  string // appended to the client's key; "" for the top level
-	lim        limit
+	lim        limit   // the whole limit (and the local fallback's base)
+	shard      limit   // one sub-bucket in Redis: lim when not sharded
 	average    int64
 	periodUS   float64 // the period, µs
 	periodSecs int64   // w in RateLimit-Policy
@@ -203,6 +216,9 @@ type settings struct {
 	decision string // DecisionHeader, canonical; "" when off
 	redis    redisSettings
 	replicas int64 // Replicas: the fallback's divisor until a heartbeat count is seen
+	shards   int64 // sub-buckets per client bucket; 1: not sharded
+	digits   int   // width of the shard number in keys
+	keyLen   int   // length of a client key in Redis (sharded or not)
 	disabled bool  // no policy at all
 }
 
@@ -342,6 +358,7 @@ func compileLimit(prefix string, average int64, period string, burst, cost int64
 		periodSecs: int64(per.Seconds()),
 		periodUS:   float64(per.Microseconds()),
 	}
+	p.shard = p.lim
 	if p.periodSecs < 1 {
 		p.periodSecs = 1
 	}
@@ -380,12 +397,21 @@ func compile(cfg *Config, name string) (*settings, error) {
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"average", cfg.Average}, {"burst", cfg.Burst}, {"cost", cfg.Cost}, {"replicas", cfg.Replicas}} {
+	}{{"average", cfg.Average}, {"burst", cfg.Burst}, {"cost", cfg.Cost}, {"replicas", cfg.Replicas}, {"shards", cfg.Shards}} {
 		if err := nonNegative(f.name, f.v); err != nil {
 			return nil, err
 		}
 	}
 	s.replicas = orDefault(cfg.Replicas, 1)
+	s.shards = orDefault(cfg.Shards, 1)
+	if s.shards > maxShards {
+		return nil, fmt.Errorf("shards: %d is more than %d", s.shards, maxShards)
+	}
+	s.keyLen = len(clientKey("", ""))
+	if s.shards > 1 {
+		s.digits = len(strconv.FormatInt(s.shards-1, 10))
+		s.keyLen += 1 + s.digits
+	}
 	period := cfg.Period
 	if strings.TrimSpace(period) == "" {
 		period = "1s"
@@ -436,6 +462,14 @@ func compile(cfg *Config, name string) (*settings, error) {
 		}
 		s.rules = append(s.rules, p)
 	}
+	for _, p := range append(s.rules, s.top) {
+		if p == nil {
+			continue
+		}
+		if err := p.split(s.shards); err != nil {
+			return nil, err
+		}
+	}
 	if len(s.rules) > maxRules {
 		return nil, fmt.Errorf("rules: %d rules, at most %d are allowed", len(s.rules), maxRules)
 	}
@@ -470,6 +504,30 @@ func compile(cfg *Config, name string) (*settings, error) {
 
 // maxRules bounds the rules of one middleware (rule sets are cached by bitmask).
 const maxRules = 32
+
+// maxShards bounds Shards.
+const maxShards = 1024
+
+// split sets the sub-bucket shape for n shards: 1/n of the rate and of the
+// burst (a fraction of a token is fine: the capacities add up to the
+// limit's).
+func (p *policy) split(n int64) error {
+	p.shard = p.lim
+	if n <= 1 {
+		return nil
+	}
+	p.shard.interval *= float64(n)
+	p.shard.burst /= float64(n)
+	if p.shard.burst < p.shard.cost {
+		field := "burst"
+		if p.keySuffix != "" {
+			field = "rules[" + p.name + "].burst"
+		}
+		return fmt.Errorf("%s: %v split over %d shards leaves %.3g tokens per shard, less than one request's cost (%v)",
+			field, p.lim.burst, n, p.shard.burst, p.lim.cost)
+	}
+	return nil
+}
 
 // redisSettings is a validated RedisConfig.
 type redisSettings struct {

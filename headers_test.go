@@ -58,7 +58,7 @@ func testSet(t *testing.T) *policySet {
 		t.Fatal(err)
 	}
 	login.name, login.keySuffix, login.failClosed = "login", ":login", true
-	return newPolicySet([]*policy{api, login})
+	return newPolicySet([]*policy{api, login}, len(clientKey("", "")))
 }
 
 func TestHeadersGolden(t *testing.T) {

@@ -82,18 +82,19 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 		t.hb = t.be.heartbeatFor(set.class, time.Now().UnixNano())
 	}
 	if set.top != nil {
-		t.top = newPolicySet([]*policy{set.top})
+		t.top = newPolicySet([]*policy{set.top}, set.keyLen)
 	}
 	return t, nil
 }
 
-func newPolicySet(ps []*policy) *policySet {
+// newPolicySet prepares ps for client keys of keyLen bytes.
+func newPolicySet(ps []*policy, keyLen int) *policySet {
 	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps)), denied: newDenyCache(maxDenials)}
 	for _, p := range ps {
 		s.quoted = append(s.quoted, `"`+p.name+`"`)
 		s.failClosed = s.failClosed || p.failClosed
 	}
-	s.cmd = newCommand(ps, len(clientKey("", "")))
+	s.cmd = newCommand(ps, keyLen)
 	return s
 }
 
@@ -140,7 +141,7 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 		}
 		bit <<= 1
 	}
-	s := newPolicySet(ps)
+	s := newPolicySet(ps, t.set.keyLen)
 	t.sets[mask] = s
 	return s
 }
@@ -180,9 +181,13 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	}
 	d := make([]int64, set.decisionLen)
 	key := clientKey(t.set.class, t.set.source.identity(req))
+	rkey := key // the key in Redis: one shard's when sharded
+	if t.set.shards > 1 {
+		rkey = t.set.shardKey(key)
+	}
 	how := decidedCache
-	if atomic.LoadInt64(&set.denied.n) == 0 || !set.denied.lookup(key, d) {
-		how = t.decide(set, key, d)
+	if atomic.LoadInt64(&set.denied.n) == 0 || !set.denied.lookup(rkey, d) {
+		how = t.decide(set, rkey, key, d)
 	}
 	if t.set.decision != "" {
 		rw.Header().Set(t.set.decision, decisionNames[how])
@@ -196,7 +201,7 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	}
 	if d[0] != 1 {
 		if how == decidedRedis {
-			set.denied.remember(key, d)
+			set.denied.remember(rkey, d)
 		}
 		writeQuotaExceeded(rw, set, d)
 		return
@@ -231,15 +236,27 @@ const (
 
 var decisionNames = [...]string{"redis", "local", "unavailable", "cache"}
 
-// decide charges the request's buckets into decision d: in Redis, or, when
-// Redis is unavailable, in the local fallback (failure policy: see
+// decide charges the request's buckets into decision d: in Redis (under
+// rkey, the client's key or one of its shards'), or, when Redis is
+// unavailable, in the local fallback under key (failure policy: see
 // fallback.go). It returns decidedUnavailable when Redis is unavailable and
 // a policy fails closed.
-func (t *Tollgate) decide(set *policySet, key string, d []int64) int {
-	if t.be.check(set.cmd, key, d, &t.set.redis, t.hb) == nil {
+func (t *Tollgate) decide(set *policySet, rkey, key string, d []int64) int {
+	if t.be.check(set.cmd, rkey, d, &t.set.redis, t.hb) == nil {
+		if t.set.shards > 1 {
+			scaleRemaining(d, t.set.shards)
+		}
 		return decidedRedis
 	}
 	return t.fallback(set, key, d)
+}
+
+// scaleRemaining turns a shard's remaining tokens into the client's
+// estimate: shards x the shard's (all shards are alike on average).
+func scaleRemaining(d []int64, shards int64) {
+	for i := 1; i < len(d); i += 3 {
+		d[i] *= shards
+	}
 }
 
 // fallback decides without Redis: 503 (false) when a policy fails closed,

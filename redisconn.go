@@ -439,9 +439,9 @@ func newCommand(ps []*policy, keyLen int) *command {
 	}
 	cmd.tail = []byte(ps[n-1].keySuffix + "\r\n")
 	for _, p := range ps {
-		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.lim.interval, 'g', -1, 64))
-		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.lim.burst, 'g', -1, 64))
-		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.lim.cost, 'g', -1, 64))
+		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.shard.interval, 'g', -1, 64))
+		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.shard.burst, 'g', -1, 64))
+		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.shard.cost, 'g', -1, 64))
 	}
 	return cmd
 }

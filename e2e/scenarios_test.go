@@ -652,3 +652,27 @@ func TestHeartbeatCountsPods(t *testing.T) {
 		}
 	})
 }
+
+func TestShardsSplitAHotClient(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		// 40 per hour, burst 40, over 4 shards of 10: a client hammering
+		// gets exactly the limit, from four keys.
+		h := e.handler(e.pod(), "api@file", e.opts("average", 40, "period", "1h", "burst", 40, "shards", 4))
+		key := uniqueKey(t)
+		var codes []int
+		for i := 0; i < 200; i++ {
+			rec := do(h, "GET", "/", key)
+			codes = append(codes, rec.Code)
+			if i == 0 && rec.Header().Get("RateLimit") != `"api@file";r=36;t=0` {
+				t.Fatalf("first request: RateLimit %q, want r = 4 x the shard's 9", rec.Header().Get("RateLimit"))
+			}
+		}
+		if c := count(codes); c[200] != 40 || c[429] != 160 {
+			t.Fatalf("hammering a sharded limit: %v, want exactly 40 admitted", c)
+		}
+		keys, err := redisStrings(e.redis.Do("KEYS", "tg{??????????:?}"))
+		if err != nil || len(keys) != 4 {
+			t.Fatalf("shard keys %v (%v), want 4", keys, err)
+		}
+	})
+}
