@@ -122,8 +122,22 @@ type Rule struct {
 
 // RedisConfig says where the shared buckets live.
 type RedisConfig struct {
-	// Endpoints lists host:port; the first is used. Default ["127.0.0.1:6379"].
+	// Mode is the deployment: "standalone" (one server, or a primary behind
+	// a stable address), "sentinel" (the primary that the sentinels at
+	// Endpoints name for MasterName) or "cluster" (Redis Cluster; Endpoints
+	// are seed nodes). Default "standalone".
+	Mode string `json:"mode,omitempty" yaml:"mode,omitempty" toml:"mode,omitempty"`
+	// Endpoints lists host:port: the server (standalone: the first is
+	// used), the sentinels, or the cluster's seed nodes. Default
+	// ["127.0.0.1:6379"].
 	Endpoints []string `json:"endpoints,omitempty" yaml:"endpoints,omitempty" toml:"endpoints,omitempty"`
+	// MasterName is the primary's name in Sentinel; required in sentinel
+	// mode.
+	MasterName string `json:"masterName,omitempty" yaml:"masterName,omitempty" toml:"masterName,omitempty"`
+	// SentinelUsername and SentinelPassword authenticate to the sentinels
+	// (Username and Password are the data nodes'). Default "": no AUTH.
+	SentinelUsername string `json:"sentinelUsername,omitempty" yaml:"sentinelUsername,omitempty" toml:"sentinelUsername,omitempty"`
+	SentinelPassword string `json:"sentinelPassword,omitempty" yaml:"sentinelPassword,omitempty" toml:"sentinelPassword,omitempty"`
 	// Username for Redis ACL (AUTH username password). Default "".
 	Username string `json:"username,omitempty" yaml:"username,omitempty" toml:"username,omitempty"`
 	// Password for AUTH. Default "" (no AUTH).
@@ -195,8 +209,8 @@ const (
 type policy struct {
 	name       string // policy name in headers; "" key suffix for the top level
 	keySuffix  string // appended to the client's key; "" for the top level
-	lim        limit   // the whole limit (and the local fallback's base)
-	shard      limit   // one sub-bucket in Redis: lim when not sharded
+	lim        limit  // the whole limit (and the local fallback's base)
+	shard      limit  // one sub-bucket in Redis: lim when not sharded
 	average    int64
 	periodUS   float64 // the period, µs
 	periodSecs int64   // w in RateLimit-Policy
@@ -531,7 +545,12 @@ func (p *policy) split(n int64) error {
 
 // redisSettings is a validated RedisConfig.
 type redisSettings struct {
-	addr             string
+	mode             int      // modeStandalone, modeSentinel, modeCluster
+	endpoints        []string // sentinels or seed nodes
+	masterName       string
+	sentinelUser     string
+	sentinelPass     string
+	addr             string // standalone: the server; a node's client: the node
 	username         string
 	password         string
 	db               int64
@@ -549,7 +568,8 @@ type redisSettings struct {
 // connection, not how a check uses it (timeout, pool size, breaker
 // settings), so reloads that change limits or timeouts share one pool.
 func (r redisSettings) connKey() string {
-	return fmt.Sprintf("%s|%s|%s|%d|%t|%s|%s|%s|%t", r.addr, r.username, r.password, r.db,
+	return fmt.Sprintf("%d|%s|%s|%s|%s|%s|%s|%s|%d|%t|%s|%s|%s|%t", r.mode, strings.Join(r.endpoints, ","), r.masterName,
+		r.sentinelUser, r.sentinelPass, r.addr, r.username, r.password, r.db,
 		r.useTLS, r.tls.CA, r.tls.Cert, r.tls.Key, r.tls.InsecureSkipVerify)
 }
 
@@ -570,6 +590,24 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 		}
 	}
 	r.addr = eps[0]
+	r.endpoints = eps
+	switch strings.ToLower(strings.TrimSpace(c.Mode)) {
+	case "", "standalone":
+		r.mode = modeStandalone
+	case "sentinel":
+		r.mode = modeSentinel
+		if r.masterName = strings.TrimSpace(c.MasterName); r.masterName == "" {
+			return r, errors.New("redis.masterName: required in sentinel mode")
+		}
+		r.sentinelUser, r.sentinelPass = c.SentinelUsername, c.SentinelPassword
+	case "cluster":
+		r.mode = modeCluster
+		if c.DB != 0 {
+			return r, fmt.Errorf("redis.db: %d, but Redis Cluster has only database 0", c.DB)
+		}
+	default:
+		return r, fmt.Errorf("redis.mode: %q is not standalone, sentinel or cluster", c.Mode)
+	}
 	if c.Password != "" && c.PasswordFile != "" {
 		return r, errors.New("redis.password and redis.passwordFile are both set: use one")
 	}

@@ -86,6 +86,14 @@ func (b *breaker) failure(now, threshold, interval int64) {
 	}
 }
 
+// probeSoon lets the next check through as a probe, when open: the
+// topology changed (a failover), so Redis may be back.
+func (b *breaker) probeSoon() {
+	if next := atomic.LoadInt64(&b.nextProbe); next > 1 {
+		atomic.CompareAndSwapInt64(&b.nextProbe, next, 1)
+	}
+}
+
 // isOpen reports whether the breaker is open.
 func (b *breaker) isOpen() bool { return atomic.LoadInt64(&b.nextProbe) != 0 }
 

@@ -121,7 +121,24 @@ func (b *backend) beatLoop() {
 			}
 			continue
 		}
+		b.sendBeats(batch)
+	}
+}
+
+// sendBeats sends a batch of heartbeats, to each key's node.
+func (b *backend) sendBeats(batch []*heartbeat) {
+	if b.mode == modeStandalone {
 		b.client.heartbeat(batch)
+		return
+	}
+	byNode := map[*redisClient][]*heartbeat{}
+	for _, hb := range batch {
+		if c := b.route(hb.key); c != nil {
+			byNode[c] = append(byNode[c], hb)
+		}
+	}
+	for c, hbs := range byNode {
+		c.heartbeat(hbs)
 	}
 }
 

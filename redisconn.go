@@ -353,7 +353,21 @@ func (c *redisClient) dial(deadline time.Time) (*rconn, error) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	var raw net.Conn
-	tlsConf := c.tlsConf
+	opts := dialOptions(c.tlsConf, deadline, c.set.username, c.set.password, c.set.db, func(nc net.Conn) { raw = nc })
+	if _, err := redis.DialContext(ctx, "tcp", c.set.addr, opts...); err != nil {
+		return nil, fmt.Errorf("dialing redis %s: %w", c.set.addr, err)
+	}
+	if raw == nil {
+		return nil, fmt.Errorf("dialing redis %s: no connection", c.set.addr)
+	}
+	return &rconn{nc: raw, br: bufio.NewReaderSize(raw, 512), buf: make([]byte, 0, 256)}, nil
+}
+
+// dialOptions are redigo's options for a connection that must be ready by
+// deadline: TCP (and TLS with tlsConf) with the deadline set, AUTH (with
+// username when set), SELECT db, CLIENT SETNAME tollgate. got receives the
+// raw connection.
+func dialOptions(tlsConf *tls.Config, deadline time.Time, username, password string, db int64, got func(net.Conn)) []redis.DialOption {
 	opts := []redis.DialOption{
 		redis.DialContextFunc(func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var d net.Dialer
@@ -363,36 +377,37 @@ func (c *redisClient) dial(deadline time.Time) (*rconn, error) {
 			}
 			_ = nc.SetDeadline(deadline)
 			if tlsConf != nil {
-				tc := tls.Client(nc, tlsConf)
+				conf := tlsConf
+				if conf.ServerName == "" {
+					// A node named by the topology (Cluster, Sentinel):
+					// verify it by its own host.
+					conf = conf.Clone()
+					conf.ServerName, _, _ = net.SplitHostPort(addr)
+				}
+				tc := tls.Client(nc, conf)
 				if err := tc.HandshakeContext(ctx); err != nil {
 					_ = nc.Close()
 					return nil, err
 				}
 				nc = tc
 			}
-			raw = nc
+			got(nc)
 			return nc, nil
 		}),
 		redis.DialReadTimeout(time.Until(deadline)),
 		redis.DialWriteTimeout(time.Until(deadline)),
 		redis.DialClientName("tollgate"),
 	}
-	if c.set.password != "" {
-		opts = append(opts, redis.DialPassword(c.set.password))
-		if c.set.username != "" {
-			opts = append(opts, redis.DialUsername(c.set.username))
+	if password != "" {
+		opts = append(opts, redis.DialPassword(password))
+		if username != "" {
+			opts = append(opts, redis.DialUsername(username))
 		}
 	}
-	if c.set.db != 0 {
-		opts = append(opts, redis.DialDatabase(int(c.set.db)))
+	if db != 0 {
+		opts = append(opts, redis.DialDatabase(int(db)))
 	}
-	if _, err := redis.DialContext(ctx, "tcp", c.set.addr, opts...); err != nil {
-		return nil, fmt.Errorf("dialing redis %s: %w", c.set.addr, err)
-	}
-	if raw == nil {
-		return nil, fmt.Errorf("dialing redis %s: no connection", c.set.addr)
-	}
-	return &rconn{nc: raw, br: bufio.NewReaderSize(raw, 512), buf: make([]byte, 0, 256)}, nil
+	return opts
 }
 
 // command is the prepared EVALSHA (and EVAL) of one set of policies: only the
@@ -476,7 +491,7 @@ func (c *redisClient) check(cmd *command, key string, d []int64, now time.Time, 
 		return c.checkSlow(cn, cmd, key, d, now.Add(timeout))
 	}
 	deadline := now.Add(timeout)
-	if err := exchange(cn, cmd, key, d, deadline); err != nil {
+	if err := exchange(cn, cmd, key, d, deadline, false); err != nil {
 		return c.retry(cn, cmd, key, d, deadline, err)
 	}
 	cn.used = ns
@@ -513,7 +528,7 @@ func (c *redisClient) checkSlow(expired *rconn, cmd *command, key string, d []in
 	if err != nil {
 		return err
 	}
-	if err = exchange(cn, cmd, key, d, deadline); err != nil {
+	if err = exchange(cn, cmd, key, d, deadline, false); err != nil {
 		return c.retry(cn, cmd, key, d, deadline, err)
 	}
 	c.put(cn, c.now())
@@ -525,7 +540,9 @@ func (c *redisClient) checkSlow(expired *rconn, cmd *command, key string, d []in
 // closed and the check is tried once more on a fresh dial, within the same
 // budget. Any other error is returned.
 func (c *redisClient) retry(cn *rconn, cmd *command, key string, d []int64, deadline time.Time, err error) error {
-	if err == errLate { // nothing was sent: the connection is as good as before
+	if err == errLate || errors.Is(err, errRedirect) || errors.Is(err, errReadOnly) {
+		// Nothing was sent, or the reply was one error line: the
+		// connection is as good as before.
 		c.put(cn, c.now())
 		return err
 	}
@@ -537,7 +554,7 @@ func (c *redisClient) retry(cn *rconn, cmd *command, key string, d []int64, dead
 	if cn, err = c.get(deadline); err != nil {
 		return err
 	}
-	if err = exchange(cn, cmd, key, d, deadline); err != nil {
+	if err = exchange(cn, cmd, key, d, deadline, false); err != nil {
 		c.discard(cn)
 		return err
 	}
@@ -600,13 +617,22 @@ func isStale(err error) bool {
 // a wait named when 0) is errBadReply; the caller then drops the connection, whose stream may hold
 // the rest of the reply. Written for the interpreter: one frame, the byte
 // work in compiled calls.
-func exchange(cn *rconn, cmd *command, key string, d []int64, deadline time.Time) error {
+//
+// asking sends the call as EVAL after ASKING (Redis Cluster, a slot being
+// imported: see checkAsking), in one write.
+func exchange(cn *rconn, cmd *command, key string, d []int64, deadline time.Time, asking bool) error {
 	if err := cn.nc.SetDeadline(deadline); err != nil {
 		return err
 	}
-	cn.buf = cmd.appendCall(cn.buf[:0], cmd.shaHead, key)
-	if n, err := cn.nc.Write(cn.buf); err != nil {
-		return lateWrite(n, err)
+	if asking {
+		if err := sendAsking(cn, cmd, key); err != nil {
+			return err
+		}
+	} else {
+		cn.buf = cmd.appendCall(cn.buf[:0], cmd.shaHead, key)
+		if n, err := cn.nc.Write(cn.buf); err != nil {
+			return lateWrite(n, err)
+		}
 	}
 	line, err := cn.br.ReadSlice('\n')
 	if err != nil {
@@ -678,8 +704,22 @@ func unexpected(cn *rconn, cmd *command, key string, line []byte) ([]byte, error
 			return line, nil
 		}
 	}
+	if bytes.HasPrefix(line, moved) || bytes.HasPrefix(line, ask) {
+		return nil, fmt.Errorf("%w: %s", errRedirect, bytes.TrimSpace(line[1:]))
+	}
+	if bytes.HasPrefix(line, readOnly) {
+		return nil, fmt.Errorf("%w: %s", errReadOnly, bytes.TrimSpace(line[1:]))
+	}
 	if len(line) > 0 && line[0] == '-' {
 		return nil, fmt.Errorf("%w: %s", errBadReply, bytes.TrimSpace(line[1:]))
 	}
 	return nil, errBadReply
 }
+
+// Error replies that name where the key lives (Cluster) or that the server
+// is no longer the primary (after a failover).
+var (
+	moved    = []byte("-MOVED ")
+	ask      = []byte("-ASK ")
+	readOnly = []byte("-READONLY")
+)

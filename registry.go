@@ -16,7 +16,10 @@ package tollgate
 // dial budget, at most poolSize at once.
 
 import (
+	"crypto/tls"
+	"fmt"
 	"log"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,39 +55,62 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 	defer r.mu.Unlock()
 	for k, b := range r.backends {
 		if k != key && now.UnixNano()-atomic.LoadInt64(&b.lastUsed) > int64(backendIdle) {
-			b.client.closeIdle()
+			for _, c := range b.clients() {
+				c.closeIdle()
+			}
 			delete(r.backends, k)
 		}
 	}
 	if b, ok := r.backends[key]; ok {
 		atomic.StoreInt64(&b.lastUsed, now.UnixNano())
-		b.client.setPoolSize(set.poolSize)
+		for _, c := range b.clients() {
+			c.setPoolSize(set.poolSize)
+		}
 		b.setMu.Lock()
 		b.set = set
 		b.setMu.Unlock()
 		return b, nil
 	}
-	client, err := newRedisClient(set)
-	if err != nil {
-		return nil, err
-	}
 	b := &backend{
-		client:   client,
+		mode:     set.mode,
+		base:     set,
 		breaker:  &breaker{},
 		now:      time.Now,
 		lastUsed: now.UnixNano(),
 		set:      set,
 	}
-	client.onDialError = func(err error) { b.dialFailed(err) }
+	if set.mode == modeStandalone {
+		client, err := newRedisClient(set)
+		if err != nil {
+			return nil, err
+		}
+		client.onDialError = func(err error) { b.dialFailed(err) }
+		b.client = client
+		client.warm()
+	} else {
+		if set.useTLS {
+			conf, err := tlsConfig(set)
+			if err != nil {
+				return nil, err
+			}
+			b.tlsConf = conf
+		}
+		b.topo.nodes = make(map[string]*redisClient)
+		b.refresh() // learns the topology off the request's clock
+	}
 	r.backends[key] = b
-	client.warm()
 	return b, nil
 }
 
-// backend is one Redis endpoint with its pool, breaker and counters. Safe
-// for concurrent use; counters are updated atomically.
+// backend is one Redis deployment (a server, a Sentinel-managed primary,
+// or a Cluster) with its pools, breaker and counters. Safe for concurrent
+// use; counters are updated atomically.
 type backend struct {
-	client  *redisClient
+	mode    int          // redis.mode
+	client  *redisClient // standalone: the server's pool; nil otherwise
+	topo    topology     // sentinel and cluster: the nodes (topology.go)
+	base    redisSettings
+	tlsConf *tls.Config // sentinel and cluster with TLS: for every node
 	breaker *breaker
 	now     func() time.Time
 
@@ -118,9 +144,17 @@ func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings, h
 	atomic.StoreInt64(&b.lastUsed, ns)
 	if atomic.LoadInt64(&b.breaker.nextProbe) != 0 && !b.breaker.allow(ns, o.probeNS) {
 		atomic.AddInt64(&b.skipped, 1)
+		if b.mode != modeStandalone {
+			b.refresh() // a promoted replica lets the next probe through (topology.go)
+		}
 		return errBreakerOpen
 	}
-	err := b.client.check(cmd, key, d, now, ns, o.timeout)
+	var err error
+	if b.mode == modeStandalone {
+		err = b.client.check(cmd, key, d, now, ns, o.timeout)
+	} else {
+		err = b.topologyCheck(cmd, key, d, now, ns, o)
+	}
 	if err != nil {
 		b.failed(ns, err, o)
 	} else {
@@ -142,7 +176,10 @@ func (b *backend) failed(ns int64, err error, o *redisSettings) {
 	if err == errDialFailed {
 		return // counted and logged, with its cause, by dialFailed
 	}
-	if err != errDialing && err != errPoolExhausted && err != errLate {
+	if b.mode != modeStandalone && err != errLate && err != errPoolExhausted {
+		b.refresh() // a node down, a failover, a slot moved
+	}
+	if err != errDialing && err != errPoolExhausted && err != errLate && err != errNoRoute {
 		b.breaker.failure(ns, o.breakerThreshold, o.probeNS)
 		atomic.AddInt64(&b.failures, 1)
 	}
@@ -159,6 +196,9 @@ func (b *backend) dialFailed(err error) {
 	b.breaker.failure(ns, set.breakerThreshold, set.probeNS)
 	atomic.AddInt64(&b.failures, 1)
 	b.logFailure(ns, err, &set)
+	if b.mode != modeStandalone {
+		b.refresh()
+	}
 }
 
 func (b *backend) logFailure(now int64, err error, o *redisSettings) {
@@ -171,7 +211,7 @@ func (b *backend) logFailure(now int64, err error, o *redisSettings) {
 		state = "open"
 	}
 	log.Printf("tollgate: redis %s unavailable, falling back to local limits (breaker %s, %d of the last second's %d checks failed, %d failures in all): %v",
-		b.client.set.addr, state, atomic.LoadInt64(&b.breaker.failures), atomic.LoadInt64(&b.breaker.checks), atomic.LoadInt64(&b.failures), err)
+		b.describe(), state, atomic.LoadInt64(&b.breaker.failures), atomic.LoadInt64(&b.breaker.checks), atomic.LoadInt64(&b.failures), err)
 }
 
 // backendStats are a backend's counters since the process started.
@@ -184,10 +224,38 @@ type backendStats struct {
 	Breaker   bool  // the breaker is open
 }
 
+// clients returns the pools of every node in use.
+func (b *backend) clients() []*redisClient {
+	if b.mode == modeStandalone {
+		return []*redisClient{b.client}
+	}
+	b.topo.mu.Lock()
+	defer b.topo.mu.Unlock()
+	var cs []*redisClient
+	for _, c := range b.topo.nodes {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// describe names the deployment in logs.
+func (b *backend) describe() string {
+	switch b.mode {
+	case modeSentinel:
+		return fmt.Sprintf("sentinel master %q (sentinels %s)", b.base.masterName, strings.Join(b.base.endpoints, ","))
+	case modeCluster:
+		return "cluster (seeds " + strings.Join(b.base.endpoints, ",") + ")"
+	}
+	return b.base.addr
+}
+
 func (b *backend) stats() backendStats {
-	b.client.mu.Lock()
-	open := b.client.open
-	b.client.mu.Unlock()
+	open := 0
+	for _, c := range b.clients() {
+		c.mu.Lock()
+		open += c.open
+		c.mu.Unlock()
+	}
 	return backendStats{
 		Failures:  atomic.LoadInt64(&b.failures),
 		Skipped:   atomic.LoadInt64(&b.skipped),

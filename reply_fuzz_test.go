@@ -39,7 +39,7 @@ func FuzzExchangeReply(f *testing.F) {
 		}()
 		cn := &rconn{nc: client, br: bufio.NewReaderSize(client, 512)}
 		d := make([]int64, 4)
-		if err := exchange(cn, cmd, "tg{0123456789}", d, time.Now().Add(100*time.Millisecond)); err == nil {
+		if err := exchange(cn, cmd, "tg{0123456789}", d, time.Now().Add(100*time.Millisecond), false); err == nil {
 			if d[0] < 0 || d[0] > 1 || d[1] < 0 || d[2] < 0 || d[3] < 0 || (d[0] == 0 && d[2] == 0) {
 				t.Fatalf("reply %q accepted as decision %v", reply, d)
 			}

@@ -20,13 +20,15 @@ var ErrNoRedis = errors.New("redis-server not found on PATH (apt-get install -y 
 
 // Redis is a real redis-server on a free loopback port, started for a test.
 type Redis struct {
-	Addr  string
-	port  int
-	dir   string
-	bin   string
-	extra []string    // more redis-server arguments
-	tls   *tls.Config // non-nil: the server speaks TLS only
-	cmd   *exec.Cmd
+	Addr     string
+	Password string // for the helpers' connections (AUTH), when the server requires one
+	port     int
+	dir      string
+	bin      string
+	pre      []string    // arguments before the port: a config file, --sentinel
+	extra    []string    // more redis-server arguments
+	tls      *tls.Config // non-nil: the server speaks TLS only
+	cmd      *exec.Cmd
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
@@ -63,7 +65,7 @@ func (r *Redis) start() error {
 	if r.tls != nil {
 		ports = []string{"--port", "0", "--tls-port", strconv.Itoa(r.port)}
 	}
-	args := append(ports, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir,
+	args := append(append(append([]string{}, r.pre...), ports...), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", r.dir,
 		"--daemonize", "no", "--loglevel", "warning")
 	r.cmd = exec.Command(r.bin, append(args, r.extra...)...)
 	// The server dies with the test or command that started it, even when
@@ -113,6 +115,9 @@ func (r *Redis) Do(cmd string, args ...interface{}) (interface{}, error) {
 		redis.DialReadTimeout(2 * time.Second), redis.DialWriteTimeout(time.Second)}
 	if r.tls != nil {
 		opts = append(opts, redis.DialUseTLS(true), redis.DialTLSConfig(r.tls))
+	}
+	if r.Password != "" {
+		opts = append(opts, redis.DialPassword(r.Password))
 	}
 	c, err := redis.Dial("tcp", r.Addr, opts...)
 	if err != nil {

@@ -1,0 +1,148 @@
+package tollgate
+
+// Redis Cluster: which node owns a key (see topology.go for when the map is
+// learnt and how redirections are followed).
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// crcTable is CRC-16/XMODEM (polynomial 0x1021), Redis Cluster's key hash.
+var crcTable = func() [256]uint16 {
+	var t [256]uint16
+	for i := range t {
+		crc := uint16(i) << 8
+		for j := 0; j < 8; j++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+		t[i] = crc
+	}
+	return t
+}()
+
+// keySlot is the cluster slot of key: CRC16 of its hash tag (the bytes
+// between the first "{" and the next "}", when not empty) or of the whole
+// key, modulo 16384.
+func keySlot(key string) int {
+	s := key
+	for i := 0; i < len(key); i++ {
+		if key[i] == '{' {
+			for j := i + 1; j < len(key); j++ {
+				if key[j] == '}' {
+					if j > i+1 {
+						s = key[i+1 : j]
+					}
+					break
+				}
+			}
+			break
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc = crc<<8 ^ crcTable[byte(crc>>8)^s[i]]
+	}
+	return int(crc) & (clusterSlots - 1)
+}
+
+// slotRange is one entry of CLUSTER SLOTS: slots first..last served by the
+// primary at addr.
+type slotRange struct {
+	first, last int
+	addr        string
+}
+
+// loadSlots asks the known nodes, then the seeds, for CLUSTER SLOTS and
+// installs the first answer.
+func (b *backend) loadSlots() error {
+	b.topo.mu.Lock()
+	var candidates []string
+	for addr := range b.topo.nodes {
+		candidates = append(candidates, addr)
+	}
+	b.topo.mu.Unlock()
+	candidates = append(candidates, b.base.endpoints...)
+	err := errors.New("no seed node")
+	for _, addr := range candidates {
+		var ranges []slotRange
+		if ranges, err = b.clusterSlots(addr); err != nil {
+			continue
+		}
+		slots := make([]*redisClient, clusterSlots)
+		keep := map[*redisClient]bool{}
+		b.topo.mu.Lock()
+		for _, r := range ranges {
+			c := b.node(r.addr)
+			if c == nil {
+				continue
+			}
+			keep[c] = true
+			for s := r.first; s <= r.last; s++ {
+				slots[s] = c
+			}
+		}
+		changed := b.topo.slots == nil
+		for i := 0; !changed && i < clusterSlots; i++ {
+			changed = b.topo.slots[i] != slots[i]
+		}
+		b.topo.slots = slots
+		b.forget(keep)
+		b.topo.mu.Unlock()
+		if changed {
+			b.breaker.probeSoon()
+		}
+		return nil
+	}
+	return fmt.Errorf("reading the cluster's slots: %w", err)
+}
+
+// clusterSlots runs CLUSTER SLOTS on addr and checks its reply: each entry
+// is [first, last, [host, port, ...], replicas...]; an empty host is
+// addr's.
+func (b *backend) clusterSlots(addr string) ([]slotRange, error) {
+	entries, err := redis.Values(b.adminDo(addr, b.base.username, b.base.password, 0, "CLUSTER", "SLOTS"))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", addr, err)
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("%s: CLUSTER SLOTS is empty (no slot assigned)", addr)
+	}
+	bad := func(what string, v interface{}) error {
+		return fmt.Errorf("%s: %w: CLUSTER SLOTS %s: %v", addr, errBadReply, what, v)
+	}
+	var ranges []slotRange
+	for _, e := range entries {
+		f, err := redis.Values(e, nil)
+		if err != nil || len(f) < 3 {
+			return nil, bad("entry", e)
+		}
+		first, err1 := redis.Int(f[0], nil)
+		last, err2 := redis.Int(f[1], nil)
+		if err1 != nil || err2 != nil || first < 0 || last < first || last >= clusterSlots {
+			return nil, bad("range", f[:2])
+		}
+		n, err := redis.Values(f[2], nil)
+		if err != nil || len(n) < 2 {
+			return nil, bad("node", f[2])
+		}
+		host, err1 := redis.String(n[0], nil)
+		port, err2 := redis.Int(n[1], nil)
+		if err1 != nil || err2 != nil || port <= 0 || port > 65535 {
+			return nil, bad("node", n)
+		}
+		if host == "" || host == "?" {
+			host, _, _ = net.SplitHostPort(addr)
+		}
+		ranges = append(ranges, slotRange{first: first, last: last, addr: net.JoinHostPort(host, strconv.Itoa(port))})
+	}
+	return ranges, nil
+}

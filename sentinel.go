@@ -1,0 +1,180 @@
+package tollgate
+
+// Redis Sentinel: which server is the primary (see topology.go for when it
+// is asked), and the watcher that follows +switch-master.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// resolvePrimary asks the sentinels in turn for the primary of masterName
+// and switches to the first answer.
+func (b *backend) resolvePrimary() error {
+	err := errors.New("no sentinel")
+	for _, addr := range b.base.endpoints {
+		var hp []string
+		hp, err = redis.Strings(b.adminDo(addr, b.base.sentinelUser, b.base.sentinelPass, 0,
+			"SENTINEL", "get-master-addr-by-name", b.base.masterName))
+		if err == nil && len(hp) != 2 {
+			err = fmt.Errorf("%w: %q", errBadReply, hp)
+		}
+		if err != nil {
+			if errors.Is(err, redis.ErrNil) {
+				err = fmt.Errorf("sentinel %s does not know master %q", addr, b.base.masterName)
+			}
+			continue
+		}
+		b.setPrimary(net.JoinHostPort(hp[0], hp[1]))
+		return nil
+	}
+	return fmt.Errorf("asking the sentinels for %q: %w", b.base.masterName, err)
+}
+
+// setPrimary makes addr the primary; the old one's idle connections are
+// closed.
+func (b *backend) setPrimary(addr string) {
+	b.topo.mu.Lock()
+	defer b.topo.mu.Unlock()
+	c := b.node(addr)
+	if c == nil || c == b.topo.primary {
+		return
+	}
+	old := "none"
+	if b.topo.primary != nil {
+		old = b.topo.primary.set.addr
+	}
+	b.topo.primary = c
+	b.forget(map[*redisClient]bool{c: true})
+	b.breaker.probeSoon()
+	log.Printf("tollgate: redis sentinel: primary %q is now %s (was %s)", b.base.masterName, addr, old)
+}
+
+// watch starts the sentinel watcher unless it runs.
+func (b *backend) watch() {
+	if atomic.CompareAndSwapInt32(&b.topo.watching, 0, 1) {
+		go b.watchSentinels()
+	}
+}
+
+// watchSentinels follows +switch-master on the sentinels in turn until the
+// backend has been idle for watchIdle.
+func (b *backend) watchSentinels() {
+	defer func() {
+		_ = recover()
+		atomic.StoreInt32(&b.topo.watching, 0)
+	}()
+	for i := 0; !b.idleFor(watchIdle); i++ {
+		if err := b.follow(b.base.endpoints[i%len(b.base.endpoints)]); err == nil {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// idleFor reports whether no check used the backend for d.
+func (b *backend) idleFor(d time.Duration) bool {
+	return b.now().UnixNano()-atomic.LoadInt64(&b.lastUsed) > int64(d)
+}
+
+// follow subscribes to +switch-master on the sentinel at addr and switches
+// primaries as announced. It returns nil once the backend is idle, or the
+// error that broke the subscription.
+func (b *backend) follow(addr string) error {
+	deadline := b.now().Add(dialTimeoutFor(b.base.timeout))
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var raw net.Conn
+	tlsConf := b.tlsConf
+	if tlsConf != nil {
+		tlsConf = tlsConf.Clone()
+		tlsConf.ServerName = ""
+	}
+	conn, err := redis.DialContext(ctx, "tcp", addr,
+		dialOptions(tlsConf, deadline, b.base.sentinelUser, b.base.sentinelPass, 0, func(nc net.Conn) { raw = nc })...)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := raw.Write(command3(nil, "SUBSCRIBE", "+switch-master")); err != nil {
+		return err
+	}
+	br := bufio.NewReader(raw)
+	for !b.idleFor(watchIdle) {
+		_ = raw.SetReadDeadline(time.Now().Add(time.Second))
+		msg, err := readStrings(br)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		// ["message", "+switch-master", "<name> <old ip> <old port> <new ip> <new port>"]
+		if len(msg) == 3 && msg[0] == "message" {
+			if f := strings.Fields(msg[2]); len(f) == 5 && f[0] == b.base.masterName {
+				b.setPrimary(net.JoinHostPort(f[3], f[4]))
+			}
+		}
+	}
+	return nil
+}
+
+// readStrings reads an array of bulk strings and integers (a pub/sub
+// message or subscription), as strings.
+func readStrings(br *bufio.Reader) ([]string, error) {
+	line, err := readLine(br)
+	if err != nil {
+		return nil, err
+	}
+	if line[0] != '*' {
+		return nil, errBadReply
+	}
+	n, err := parseCount(line[1:])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, n)
+	for i := 0; i < n; i++ {
+		if line, err = readLine(br); err != nil {
+			return nil, err
+		}
+		switch line[0] {
+		case ':':
+			out = append(out, string(line[1:]))
+		case '$':
+			size, err := parseCount(line[1:])
+			if err != nil {
+				return nil, err
+			}
+			buf := make([]byte, size+2)
+			if _, err := io.ReadFull(br, buf); err != nil {
+				return nil, err
+			}
+			out = append(out, string(buf[:size]))
+		default:
+			return nil, errBadReply
+		}
+	}
+	return out, nil
+}
+
+// parseCount parses a RESP length, at most 1 MB.
+func parseCount(b []byte) (int, error) {
+	n, err := strconv.Atoi(string(b))
+	if err != nil || n < 0 || n > 1<<20 {
+		return 0, errBadReply
+	}
+	return n, nil
+}
