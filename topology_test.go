@@ -1,0 +1,208 @@
+package tollgate
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestKeySlot(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{
+		{"123456789", 12739}, // CRC-16/XMODEM check value 0x31C3
+		{"foo", 12182},       // Redis's CLUSTER KEYSLOT foo
+		{"{user1000}.following", 3443},
+		{"{user1000}.followers", 3443},
+		{"foo{}{bar}", 8363}, // an empty tag: the whole key
+		{"foo{{bar}}zap", 4015},
+		{"tg{abc}", 7638},
+		{"tg{abc}:login", 7638},
+	} {
+		if got := keySlot(tc.key); got != tc.want {
+			t.Errorf("keySlot(%q) = %d, want %d", tc.key, got, tc.want)
+		}
+	}
+}
+
+// fakeNode is a fake cluster node or sentinel: it answers the admin
+// commands with canned replies (CLIENT SETNAME with +OK).
+func fakeNode(t *testing.T, replies map[string]string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					args, err := readCommand(br)
+					if err != nil {
+						return
+					}
+					reply, ok := replies[strings.ToUpper(args[0])]
+					if !ok {
+						reply = "+OK\r\n"
+					}
+					if _, err := c.Write([]byte(reply)); err != nil {
+						return
+					}
+				}
+			}(c)
+		}
+	}()
+	return l.Addr().String()
+}
+
+func topologyBackend(t *testing.T, mode string, endpoints ...string) *backend {
+	t.Helper()
+	cfg := CreateConfig()
+	cfg.Average = 10
+	cfg.Redis.Mode, cfg.Redis.Endpoints, cfg.Redis.MasterName = mode, endpoints, "mymaster"
+	cfg.Redis.Timeout = "50ms"
+	s, err := compile(cfg, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{mode: s.redis.mode, base: s.redis, breaker: &breaker{}, now: time.Now, set: s.redis}
+	b.topo.nodes = map[string]*redisClient{}
+	return b
+}
+
+func TestClusterSlotsReplies(t *testing.T) {
+	for _, tc := range []struct {
+		desc, reply, wantErr string
+		wantNodes            int
+	}{
+		{desc: "two ranges", reply: "*2\r\n*3\r\n:0\r\n:8000\r\n*2\r\n$9\r\n127.0.0.1\r\n:7001\r\n*3\r\n:8001\r\n:16383\r\n*3\r\n$0\r\n\r\n:7002\r\n$2\r\nid\r\n", wantNodes: 2},
+		{desc: "empty", reply: "*0\r\n", wantErr: "no slot assigned"},
+		{desc: "an error", reply: "-ERR This instance has cluster support disabled\r\n", wantErr: "cluster support disabled"},
+		{desc: "slot out of range", reply: "*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$9\r\n127.0.0.1\r\n:7001\r\n", wantErr: "range"},
+		{desc: "range backwards", reply: "*1\r\n*3\r\n:9\r\n:1\r\n*2\r\n$9\r\n127.0.0.1\r\n:7001\r\n", wantErr: "range"},
+		{desc: "bad port", reply: "*1\r\n*3\r\n:0\r\n:1\r\n*2\r\n$9\r\n127.0.0.1\r\n:0\r\n", wantErr: "node"},
+		{desc: "short entry", reply: "*1\r\n*2\r\n:0\r\n:1\r\n", wantErr: "entry"},
+		{desc: "not an array", reply: ":5\r\n", wantErr: "unexpected"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			addr := fakeNode(t, map[string]string{"CLUSTER": tc.reply})
+			b := topologyBackend(t, "cluster", addr)
+			err := b.loadSlots()
+			if tc.wantErr == "" {
+				if err != nil || len(b.topo.nodes) != tc.wantNodes || b.route("123456789") == nil {
+					t.Fatalf("err %v, %d nodes; want %d nodes and a route", err, len(b.topo.nodes), tc.wantNodes)
+				}
+				// An empty host is the queried node's.
+				if c := b.topo.slots[16383]; c == nil || c.set.addr != "127.0.0.1:7002" {
+					t.Fatalf("slot 16383 on %v, want 127.0.0.1:7002", c)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || b.topo.slots != nil {
+				t.Fatalf("err %v, slots set %v; want an error containing %q and no map", err, b.topo.slots != nil, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestSentinelReplies(t *testing.T) {
+	for _, tc := range []struct {
+		desc, reply, want, wantErr string
+	}{
+		{desc: "primary named", reply: "*2\r\n$9\r\n127.0.0.1\r\n$4\r\n6380\r\n", want: "127.0.0.1:6380"},
+		{desc: "unknown master", reply: "*-1\r\n", wantErr: "does not know master"},
+		{desc: "auth refused", reply: "-WRONGPASS invalid username-password pair\r\n", wantErr: "WRONGPASS"},
+		{desc: "three fields", reply: "*3\r\n$1\r\na\r\n$1\r\nb\r\n$1\r\nc\r\n", wantErr: "unexpected"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			addr := fakeNode(t, map[string]string{"SENTINEL": tc.reply})
+			b := topologyBackend(t, "sentinel", addr)
+			err := b.resolvePrimary()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || b.topo.primary != nil {
+					t.Fatalf("err %v, primary %v; want an error containing %q", err, b.topo.primary, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || b.topo.primary == nil || b.topo.primary.set.addr != tc.want {
+				t.Fatalf("err %v, primary %v; want %s", err, b.topo.primary, tc.want)
+			}
+		})
+	}
+}
+
+func TestReadStrings(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		wantErr  bool
+	}{
+		{in: "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n", want: "subscribe|+switch-master|1"},
+		{in: "*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$36\r\nmymaster 10.0.0.1 6379 10.0.0.2 6379\r\n", want: "message|+switch-master|mymaster 10.0.0.1 6379 10.0.0.2 6379"},
+		{in: "+OK\r\n", wantErr: true},
+		{in: "*1\r\n$-5\r\n", wantErr: true},
+		{in: "*9999999999\r\n", wantErr: true},
+		{in: "*1\r\n$10\r\nshort\r\n", wantErr: true},
+	} {
+		got, err := readStrings(bufio.NewReader(strings.NewReader(tc.in)))
+		if tc.wantErr != (err != nil) || strings.Join(got, "|") != tc.want {
+			t.Errorf("readStrings(%q) = %q, %v; want %q (error %v)", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestRedirectsAreFollowedOnce(t *testing.T) {
+	// Node A owns every slot but answers MOVED (or ASK) to B; B answers
+	// the decision.
+	for _, verb := range []string{"MOVED", "ASK"} {
+		t.Run(verb, func(t *testing.T) {
+			b := startFake(t, "+1 4 0 1000\r\n")
+			bAddr := b.l.Addr().String()
+			a := startFake(t, fmt.Sprintf("-%s %d %s\r\n", verb, keySlot("tg{0123456789}"), bAddr))
+			aAddr := a.l.Addr().String()
+			be := topologyBackend(t, "cluster", aAddr)
+			be.topo.mu.Lock()
+			be.topo.slots = make([]*redisClient, clusterSlots)
+			for i := range be.topo.slots {
+				be.topo.slots[i] = be.node(aAddr)
+			}
+			be.topo.mu.Unlock()
+			atomic.StoreInt64(&be.topo.lastRefresh, time.Now().Add(time.Hour).UnixNano()) // no refresh in this test
+			set := newPolicySet([]*policy{mustPolicy(t)}, 14)
+			d := make([]int64, 4)
+			for i := 0; i < 2; i++ {
+				if err := be.check(set.cmd, "tg{0123456789}", d, &be.set, nil); err != nil || d[0] != 1 {
+					t.Fatalf("check %d: %v %v, want B's decision", i, err, d)
+				}
+			}
+			// MOVED updates the map: A is asked once; ASK does not: twice.
+			want := int64(1)
+			if verb == "ASK" {
+				want = 2
+			}
+			if n := atomic.LoadInt64(&a.evals); n != want {
+				t.Fatalf("A was asked %d times, want %d", n, want)
+			}
+		})
+	}
+}
+
+func mustPolicy(t *testing.T) *policy {
+	t.Helper()
+	p, err := compileLimit("", 60, "1m", 5, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
