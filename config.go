@@ -155,6 +155,12 @@ type RedisConfig struct {
 	// PoolSize caps open connections per process and endpoint. 0 means 64;
 	// when all are busy a check waits for one within Timeout, then falls back.
 	PoolSize int64 `json:"poolSize,omitempty" yaml:"poolSize,omitempty" toml:"poolSize,omitempty"`
+	// Pipeline is the number of lanes over which concurrent checks are
+	// coalesced: the checks waiting on a lane go to Redis as one batch, one
+	// write and their replies read in order, on one connection; a check
+	// that finds its lane idle goes alone. 0 turns it off: each check takes
+	// a connection of its own from the pool. Default 4; at most 64.
+	Pipeline int64 `json:"pipeline,omitempty" yaml:"pipeline,omitempty" toml:"pipeline,omitempty"`
 	// BreakerThreshold is the number of failures within one second that
 	// open the circuit breaker, when they are also at least half of that
 	// second's checks. 0 means 3.
@@ -192,6 +198,7 @@ func CreateConfig() *Config {
 			Endpoints:        []string{"127.0.0.1:6379"},
 			Timeout:          "5ms",
 			PoolSize:         64,
+			Pipeline:         4,
 			BreakerThreshold: 3,
 			ProbeInterval:    "3s",
 			Heartbeat:        "5s",
@@ -558,6 +565,7 @@ type redisSettings struct {
 	useTLS           bool
 	timeout          time.Duration
 	poolSize         int
+	pipeline         int // lanes; 0: no coalescing
 	breakerThreshold int64
 	probeInterval    time.Duration
 	probeNS          int64 // probeInterval in ns, for the breaker
@@ -568,7 +576,7 @@ type redisSettings struct {
 // connection, not how a check uses it (timeout, pool size, breaker
 // settings), so reloads that change limits or timeouts share one pool.
 func (r redisSettings) connKey() string {
-	return fmt.Sprintf("%d|%s|%s|%s|%s|%s|%s|%s|%d|%t|%s|%s|%s|%t", r.mode, strings.Join(r.endpoints, ","), r.masterName,
+	return fmt.Sprintf("%d|%d|%s|%s|%s|%s|%s|%s|%s|%d|%t|%s|%s|%s|%t", r.mode, r.pipeline, strings.Join(r.endpoints, ","), r.masterName,
 		r.sentinelUser, r.sentinelPass, r.addr, r.username, r.password, r.db,
 		r.useTLS, r.tls.CA, r.tls.Cert, r.tls.Key, r.tls.InsecureSkipVerify)
 }
@@ -658,6 +666,13 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 	if err := nonNegative("redis.breakerThreshold", c.BreakerThreshold); err != nil {
 		return r, err
 	}
+	if err := nonNegative("redis.pipeline", c.Pipeline); err != nil {
+		return r, err
+	}
+	if c.Pipeline > 64 {
+		return r, fmt.Errorf("redis.pipeline: %d lanes, at most 64", c.Pipeline)
+	}
+	r.pipeline = int(c.Pipeline)
 	r.poolSize = int(orDefault(c.PoolSize, 64))
 	r.breakerThreshold = orDefault(c.BreakerThreshold, 3)
 	r.probeNS = int64(r.probeInterval)

@@ -92,6 +92,9 @@ type redisClient struct {
 	dialTimeout time.Duration
 	onDialError func(error) // set once before use; counts a failed dial
 
+	lanes    []*lane // coalescing (coalesce.go); nil: off
+	nextLane int64   // round-robin counter over lanes
+
 	mu        sync.Mutex // guards the fields below
 	idle      []*rconn
 	open      int // connections open or being dialled
@@ -117,6 +120,9 @@ type rconn struct {
 
 func newRedisClient(set redisSettings) (*redisClient, error) {
 	c := &redisClient{set: set, now: time.Now, poolSize: set.poolSize, dialTimeout: dialTimeoutFor(set.timeout)}
+	if set.pipeline > 0 {
+		c.lanes = newLanes(set.pipeline)
+	}
 	if set.useTLS {
 		conf, err := tlsConfig(set)
 		if err != nil {
@@ -480,6 +486,14 @@ var noscript = []byte("-NOSCRIPT")
 // caller has already computed. The common case (an idle connection,
 // one exchange) is all it does itself; the rest is checkSlow.
 func (c *redisClient) check(cmd *command, key string, d []int64, now time.Time, ns int64, timeout time.Duration) error {
+	if c.lanes != nil {
+		return c.checkCoalesced(cmd, key, d, now, ns, timeout)
+	}
+	return c.checkDirect(cmd, key, d, now, ns, timeout)
+}
+
+// checkDirect is check on a connection of its own.
+func (c *redisClient) checkDirect(cmd *command, key string, d []int64, now time.Time, ns int64, timeout time.Duration) error {
 	var cn *rconn
 	c.mu.Lock()
 	if n := len(c.idle); n > 0 {
@@ -644,12 +658,18 @@ func exchange(cn *rconn, cmd *command, key string, d []int64, deadline time.Time
 	if err != nil {
 		return err
 	}
+	return decode(line, d)
+}
+
+// decode parses a decision's status line ("+1 4 0 1000\r\n", at least 4
+// bytes, checked by the caller) into d and checks it.
+func decode(line []byte, d []int64) error {
 	if len(d) == 4 {
 		// One bucket, the common case: one compiled call parses the line.
 		if n, _ := fmt.Sscan(string(line[1:len(line)-2]), &d[0], &d[1], &d[2], &d[3]); n != 4 || d[0]|d[1]|d[2]|d[3] < 0 {
 			return errBadReply
 		}
-	} else if err = parseDecision(line[1:len(line)-2], d); err != nil {
+	} else if err := parseDecision(line[1:len(line)-2], d); err != nil {
 		return err
 	}
 	if d[0] > 1 || (d[0] == 0 && !namesWait(d)) {
@@ -704,16 +724,23 @@ func unexpected(cn *rconn, cmd *command, key string, line []byte) ([]byte, error
 			return line, nil
 		}
 	}
+	return nil, replyError(line)
+}
+
+// replyError is the error for a reply that is not a decision: a
+// redirection (MOVED, ASK), a demoted primary (READONLY), another error
+// reply, or a malformed reply.
+func replyError(line []byte) error {
 	if bytes.HasPrefix(line, moved) || bytes.HasPrefix(line, ask) {
-		return nil, fmt.Errorf("%w: %s", errRedirect, bytes.TrimSpace(line[1:]))
+		return fmt.Errorf("%w: %s", errRedirect, bytes.TrimSpace(line[1:]))
 	}
 	if bytes.HasPrefix(line, readOnly) {
-		return nil, fmt.Errorf("%w: %s", errReadOnly, bytes.TrimSpace(line[1:]))
+		return fmt.Errorf("%w: %s", errReadOnly, bytes.TrimSpace(line[1:]))
 	}
 	if len(line) > 0 && line[0] == '-' {
-		return nil, fmt.Errorf("%w: %s", errBadReply, bytes.TrimSpace(line[1:]))
+		return fmt.Errorf("%w: %s", errBadReply, bytes.TrimSpace(line[1:]))
 	}
-	return nil, errBadReply
+	return errBadReply
 }
 
 // Error replies that name where the key lives (Cluster) or that the server

@@ -136,6 +136,9 @@ func main() {
 	n := flag.Int("n", 20000, "checks per measurement")
 	conc := flag.String("concurrency", "1,8", "goroutine counts for the throughput runs")
 	profile := flag.String("cpuprofile", "", "write a CPU profile of the interpreted Redis-path run to this file")
+	coalesce := flag.String("coalesce", "0,2,4", "redis.pipeline values (lanes; 0: off) to compare")
+	coalesceConc := flag.String("coalesce-concurrency", "1,8,32,128", "goroutine counts for the coalescing comparison")
+	only := flag.Bool("coalesce-only", false, "run only the coalescing comparison")
 	flag.Parse()
 	log.SetFlags(0)
 
@@ -155,6 +158,10 @@ func main() {
 			"sourceCriterion": map[string]interface{}{"requestHeaderName": "X-API-Key"},
 			"redis":           map[string]interface{}{"endpoints": endpoint, "timeout": "50ms", "breakerThreshold": 1000000000},
 		}
+	}
+	if *only {
+		coalesceTable(r, map[string]e2e.Factory{"compiled": e2e.Compiled{}, "yaegi": y}, []string{"yaegi", "compiled"}, *coalesce, *coalesceConc, *n)
+		return
 	}
 	fmt.Printf("# Tollgate check cost, %s, %d CPUs, redis-server on loopback, %d sequential checks\n\n", runtime.Version(), runtime.NumCPU(), *n)
 	fmt.Println("| loader | path | p50 | p99 | mean | allocated/check | checks/s (1 goroutine) |")
@@ -232,6 +239,7 @@ func main() {
 			fmt.Printf("| %s | %d | %.0f |\n", name, cn, parallel(handlers[name], *n, cn))
 		}
 	}
+	coalesceTable(r, map[string]e2e.Factory{"compiled": e2e.Compiled{}, "yaegi": y}, []string{"yaegi", "compiled"}, *coalesce, *coalesceConc, *n)
 }
 
 func usecPerCall(stat string) string {
