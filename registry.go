@@ -11,9 +11,13 @@ package tollgate
 //     handler has used for backendIdle has its connections closed at the
 //     next New and is forgotten (a handler still holding it re-dials).
 //   - local buckets: one bounded store (maxLocalBuckets), see localBuckets.
-// No goroutine runs in the background: reclaiming happens inside New, and the
-// only goroutines are dials (redisClient.dialAsync), each ending within its
-// dial budget, at most poolSize at once.
+// No goroutine runs for ever: reclaiming happens inside New, and every
+// goroutine the plugin starts ends by itself: dials (redisClient.dialAsync;
+// at most poolSize per node, each within its dial budget), heartbeat
+// batches (backend.beatLoop; one per Redis, until nothing is due), topology
+// refreshes (backend.refreshNow; one per deployment, one round of queries)
+// and the sentinel watcher (backend.watchSentinels; ends after watchIdle
+// without checks).
 
 import (
 	"crypto/tls"

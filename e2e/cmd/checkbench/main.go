@@ -190,6 +190,21 @@ func main() {
 			pprof.StopCPUProfile()
 		}
 		fmt.Printf("| %s | redis | %s | %s | %s | %.1f KB | %.0f |\n", k.name, us(f.p50), us(f.p99), us(f.mean), f.bytes/1024, f.perSec)
+		// A client over its limit: one refusal from Redis, then the deny
+		// cache answers in-process (average 1 per hour, burst 1).
+		over, err := k.f.New(context.Background(), nop, map[string]interface{}{
+			"average": 1, "period": "1h", "burst": 1, "class": "bench-over",
+			"sourceCriterion": map[string]interface{}{"requestHeaderName": "X-API-Key"},
+			"redis":           map[string]interface{}{"endpoints": r.Addr, "timeout": "50ms"},
+		}, "over@file")
+		if err != nil {
+			log.Fatal(err)
+		}
+		calls0, _ := r.Calls("evalsha")
+		f = sequential(over, *n)
+		calls1, _ := r.Calls("evalsha")
+		fmt.Printf("| %s | refused, deny cache (%d Redis calls for %d refusals) | %s | %s | %s | %.1f KB | %.0f |\n", k.name,
+			calls1-calls0, *n+2000, us(f.p50), us(f.p99), us(f.mean), f.bytes/1024, f.perSec)
 		// The fallback path: a port nothing listens on, breaker open.
 		port, _ := e2e.FreePort()
 		fb, err := k.f.New(context.Background(), nop, map[string]interface{}{
