@@ -158,8 +158,12 @@ type RedisConfig struct {
 	// Pipeline is the number of lanes over which concurrent checks are
 	// coalesced: the checks waiting on a lane go to Redis as one batch, one
 	// write and their replies read in order, on one connection; a check
-	// that finds its lane idle goes alone. 0 turns it off: each check takes
-	// a connection of its own from the pool. Default 4; at most 64.
+	// that finds its lane idle goes alone. 0 (default) turns it off: each
+	// check takes a connection of its own from the pool. At most 64. It cuts
+	// Redis's CPU and the plugin's per check when many checks are in flight
+	// at once, but serializes each lane's batches through goroutine
+	// hand-offs, which cost more than they save on a CPU-saturated pod (see
+	// BENCHMARKS.md).
 	Pipeline int64 `json:"pipeline,omitempty" yaml:"pipeline,omitempty" toml:"pipeline,omitempty"`
 	// BreakerThreshold is the number of failures within one second that
 	// open the circuit breaker, when they are also at least half of that
@@ -198,7 +202,6 @@ func CreateConfig() *Config {
 			Endpoints:        []string{"127.0.0.1:6379"},
 			Timeout:          "5ms",
 			PoolSize:         64,
-			Pipeline:         4,
 			BreakerThreshold: 3,
 			ProbeInterval:    "3s",
 			Heartbeat:        "5s",

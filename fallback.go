@@ -23,6 +23,13 @@ package tollgate
 //     one probe (a real check) per probeInterval; a successful probe
 //     closes it and the global limit resumes. Checks take the same
 //     fallback path while it is open.
+//   - Sentinel and Cluster (topology.go): a failed check, a check skipped by
+//     the open breaker, MOVED and READONLY also make the backend read the
+//     topology again (at most every 250 ms, off the request's clock). While
+//     a node is down its keys take the fallback; a changed topology (a
+//     replica promoted) lets the next check through the breaker at once.
+//     Until the topology is first known, checks fall back without counting
+//     against Redis (errNoRoute).
 
 import (
 	"sync"

@@ -206,3 +206,22 @@ func mustPolicy(t *testing.T) *policy {
 	}
 	return p
 }
+
+func TestSentinelWatcherFollowsSwitchMaster(t *testing.T) {
+	msg := "mymaster 127.0.0.1 6379 127.0.0.1 6380"
+	addr := fakeNode(t, map[string]string{
+		"SUBSCRIBE": "*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n" +
+			"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$" + fmt.Sprint(len(msg)) + "\r\n" + msg + "\r\n",
+	})
+	b := topologyBackend(t, "sentinel", addr)
+	atomic.StoreInt64(&b.lastUsed, time.Now().UnixNano())
+	b.watch()
+	waitFor(t, func() bool {
+		b.topo.mu.Lock()
+		defer b.topo.mu.Unlock()
+		return b.topo.primary != nil && b.topo.primary.set.addr == "127.0.0.1:6380"
+	}, "the watcher to switch to the announced primary")
+	// Idle backends stop their watcher.
+	atomic.StoreInt64(&b.lastUsed, time.Now().Add(-2*watchIdle).UnixNano())
+	waitFor(t, func() bool { return atomic.LoadInt32(&b.topo.watching) == 0 }, "the watcher to end once the backend is idle")
+}
