@@ -1,6 +1,8 @@
 package tollgate
 
 import (
+	"math"
+	"math/rand"
 	"strings"
 	"testing"
 )
@@ -65,5 +67,53 @@ func TestShardedRemainingIsScaled(t *testing.T) {
 	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Burst, c.Shards = 20, 4 })
 	if got := serve(h, t.Name()).Header().Get("RateLimit"); got != `"api";r=12;t=0` {
 		t.Fatalf("RateLimit %q, want r = 4 shards x 3", got)
+	}
+}
+
+// TestShardingErrorBound measures what a sharded limit admits when a client
+// sends exactly burst requests at once into full buckets, with the bucket
+// math itself (takeAll) and random shard picks: never more than burst, on
+// average about burst - 0.4*sqrt(burst*shards) (the README's bound), over
+// 2,000 trials per case. `go test -run TestShardingErrorBound -v .` prints
+// the figures.
+func TestShardingErrorBound(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for _, tc := range []struct{ burst, shards int }{{20, 2}, {100, 4}, {100, 8}, {1000, 8}, {1000, 16}} {
+		p, err := compileLimit("", int64(tc.burst), "1h", int64(tc.burst), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.split(int64(tc.shards)); err != nil {
+			t.Fatal(err)
+		}
+		lims := []limit{p.shard}
+		const trials = 2000
+		total, worst := 0, tc.burst
+		d := make([]int64, 4)
+		for trial := 0; trial < trials; trial++ {
+			tats := make([]float64, tc.shards) // full buckets
+			admitted := 0
+			for i := 0; i < tc.burst; i++ {
+				s := rng.Intn(tc.shards)
+				tat := []float64{tats[s]}
+				if takeAll(lims, tat, 1e9, d) { // all at one instant
+					admitted++
+				}
+				tats[s] = tat[0]
+			}
+			if admitted > tc.burst {
+				t.Fatalf("burst %d, %d shards: %d admitted, more than the limit", tc.burst, tc.shards, admitted)
+			}
+			total += admitted
+			if admitted < worst {
+				worst = admitted
+			}
+		}
+		mean := float64(total) / trials
+		bound := float64(tc.burst) - 0.4*math.Sqrt(float64(tc.burst*tc.shards))
+		t.Logf("burst %4d over %2d shards: mean %.1f admitted (bound %.1f), worst %d", tc.burst, tc.shards, mean, bound, worst)
+		if math.Abs(mean-bound) > 0.05*float64(tc.burst)+0.5 {
+			t.Fatalf("burst %d, %d shards: mean %.1f admitted, the README says about %.1f", tc.burst, tc.shards, mean, bound)
+		}
 	}
 }
