@@ -9,7 +9,8 @@
 // it prints, per replica and in total, the requests allowed, denied (429)
 // and decided by the local fallback (the X-Tollgate-Decision header), and
 // the runaway key's admissions against its budget. Midway it kills Redis
-// (each replica falls back to a local bucket of 100/3 per minute, burst 6),
+// (each replica falls back to a local bucket of 100/3 per minute, burst 6:
+// the replicas count each other by heartbeat, there is no replicas setting),
 // then restarts it (global limiting resumes after the breaker's probe).
 //
 //	go run ./cmd/demo            # about a minute, then cleans up
@@ -78,10 +79,10 @@ func run(ctx context.Context, phase time.Duration, keep bool) error {
 			"middlewares": []interface{}{"api-limit"}}},
 		"middlewares": map[string]interface{}{"api-limit": map[string]interface{}{"plugin": map[string]interface{}{
 			"tollgate": map[string]interface{}{
-				"average": 100, "period": "1m", "burst": 20, "replicas": 3, "class": "api",
+				"average": 100, "period": "1m", "burst": 20, "class": "api",
 				"sourceCriterion": map[string]interface{}{"requestHeaderName": "X-API-Key"},
 				"decisionHeader":  "X-Tollgate-Decision",
-				"redis":           map[string]interface{}{"endpoints": []interface{}{r.Addr}, "timeout": "5ms", "probeInterval": "2s"},
+				"redis":           map[string]interface{}{"endpoints": []interface{}{r.Addr}, "timeout": "5ms", "probeInterval": "2s", "heartbeat": "1s"},
 			}}}},
 	}}
 	fleet, err := e2e.StartFleet(dir, 3, conf)
@@ -98,7 +99,8 @@ func run(ctx context.Context, phase time.Duration, keep bool) error {
 	}
 	fmt.Printf("\nDynamic configuration: %s\n", fleet.Dynamic)
 	fmt.Println("Limit: 100 requests/minute, burst 20, per X-API-Key, across the fleet; while Redis is down")
-	fmt.Println("each replica keeps its own local bucket: 100/3 per minute, burst 6.")
+	fmt.Println("each replica keeps its own local bucket: 100/3 per minute, burst 6 (the replicas count")
+	fmt.Println("each other by heartbeat in Redis: no replicas setting).")
 
 	n := len(fleet.Replicas)
 	perReplica := make([]tally, n)
