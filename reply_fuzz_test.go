@@ -3,6 +3,7 @@ package tollgate
 import (
 	"bufio"
 	"net"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,6 +44,27 @@ func FuzzExchangeReply(f *testing.F) {
 			if d[0] < 0 || d[0] > 1 || d[1] < 0 || d[2] < 0 || d[3] < 0 || (d[0] == 0 && d[2] == 0) {
 				t.Fatalf("reply %q accepted as decision %v", reply, d)
 			}
+		}
+	})
+}
+
+// FuzzTopologyReplies feeds arbitrary bytes to the readers of heartbeat,
+// pub/sub and batch replies: an error or a value, never a panic.
+func FuzzTopologyReplies(f *testing.F) {
+	for _, seed := range []string{
+		"*2\r\n$10\r\n1700000000\r\n$6\r\n123456\r\n:1\r\n:0\r\n:1\r\n:3\r\n",
+		"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$5\r\nm a b\r\n",
+		"*1\r\n$-1\r\n", "*-1\r\n", "*99999999\r\n", ":\r\n", "-ERR\r\n", "\r\n",
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, reply string) {
+		for _, read := range []func(*bufio.Reader) error{
+			func(br *bufio.Reader) error { _, err := readTime(br); return err },
+			func(br *bufio.Reader) error { _, err := readInt(br); return err },
+			func(br *bufio.Reader) error { _, err := readStrings(br); return err },
+		} {
+			_ = read(bufio.NewReader(strings.NewReader(reply)))
 		}
 	})
 }

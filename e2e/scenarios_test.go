@@ -635,7 +635,7 @@ func TestHeartbeatCountsPods(t *testing.T) {
 		}
 		// The third pod stops; within 3 heartbeats (600 ms) the others
 		// count 2.
-		serveFor(pods[:2], 900*time.Millisecond)
+		serveFor(pods[:2], 1300*time.Millisecond)
 		if n, err := redisInt(e.redis.Do("ZCARD", "tg{hb:hb}")); err != nil || n != rest {
 			t.Fatalf("pods registered after one stopped: %d (%v), want %d", n, err, rest)
 		}
