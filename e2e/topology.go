@@ -45,8 +45,15 @@ func StartCluster(dir string, primaries int) (*Cluster, error) {
 	c := &Cluster{}
 	var addrs []string
 	for i := 0; i < 2*primaries; i++ {
+		// The bus port is given, not left at port+10000, which is out of
+		// range for ephemeral ports above 55535.
+		bus, err := FreePort()
+		if err != nil {
+			c.Stop()
+			return nil, err
+		}
 		r, err := startServer(filepath.Join(dir, fmt.Sprintf("node%d", i)), "", nil,
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
+			"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus), "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
 			// Replicas sync at once and may take over whatever their data's age.
 			"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0")
 		if err != nil {
