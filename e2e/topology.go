@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,12 @@ import (
 // arguments (a config file) and more arguments; password, when set, is
 // what the helpers authenticate with.
 func startServer(dir, password string, pre []string, args ...string) (*Redis, error) {
+	return startServerTLS(dir, password, nil, pre, args...)
+}
+
+// startServerTLS is startServer for a TLS-only server; tlsConf is the
+// helpers' client side and args must configure the server's certificates.
+func startServerTLS(dir, password string, tlsConf *tls.Config, pre []string, args ...string) (*Redis, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, ErrNoRedis
@@ -28,7 +35,7 @@ func startServer(dir, password string, pre []string, args ...string) (*Redis, er
 	if err != nil {
 		return nil, err
 	}
-	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Password: password, port: port, dir: dir, bin: bin, pre: pre, extra: args}
+	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Password: password, port: port, dir: dir, bin: bin, pre: pre, extra: args, tls: tlsConf}
 	return r, r.start()
 }
 
@@ -42,6 +49,13 @@ type Cluster struct {
 // (node timeout 1 s, so that a replica takes over a dead primary within a
 // few seconds).
 func StartCluster(dir string, primaries int) (*Cluster, error) {
+	return StartClusterTLS(dir, primaries, nil, nil, nil)
+}
+
+// StartClusterTLS is StartCluster with TLS everywhere when tlsConf (the
+// helpers' client side) is set: serverArgs configure each node's
+// certificates (clients, cluster bus, replication), cliArgs redis-cli's.
+func StartClusterTLS(dir string, primaries int, tlsConf *tls.Config, serverArgs, cliArgs []string) (*Cluster, error) {
 	c := &Cluster{}
 	var addrs []string
 	for i := 0; i < 2*primaries; i++ {
@@ -52,10 +66,10 @@ func StartCluster(dir string, primaries int) (*Cluster, error) {
 			c.Stop()
 			return nil, err
 		}
-		r, err := startServer(filepath.Join(dir, fmt.Sprintf("node%d", i)), "", nil,
+		r, err := startServerTLS(filepath.Join(dir, fmt.Sprintf("node%d", i)), "", tlsConf, nil, append(append([]string{}, serverArgs...),
 			"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus), "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
 			// Replicas sync at once and may take over whatever their data's age.
-			"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0")
+			"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0")...)
 		if err != nil {
 			c.Stop()
 			return nil, err
@@ -63,7 +77,7 @@ func StartCluster(dir string, primaries int) (*Cluster, error) {
 		c.Nodes = append(c.Nodes, r)
 		addrs = append(addrs, r.Addr)
 	}
-	args := append([]string{"--cluster", "create"}, addrs...)
+	args := append(append(append([]string{}, cliArgs...), "--cluster", "create"), addrs...)
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		c.Stop()

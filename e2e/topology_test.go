@@ -403,3 +403,39 @@ func TestSentinelFailoverUnderTraffic(t *testing.T) {
 		}
 	})
 }
+
+func TestClusterOverTLS(t *testing.T) {
+	forEachKindBare(t, func(t *testing.T, e *env) {
+		dir := t.TempDir()
+		pki := newPKI(t, dir)
+		certs := []string{"--tls-cert-file", pki.serverCert, "--tls-key-file", pki.serverKey, "--tls-ca-cert-file", pki.ca,
+			"--tls-auth-clients", "yes", "--tls-cluster", "yes", "--tls-replication", "yes",
+			"--tls-client-cert-file", pki.clientCert, "--tls-client-key-file", pki.clientKey}
+		c, err := StartClusterTLS(dir, 3, pki.clientConfig(t), certs,
+			[]string{"--tls", "--cacert", pki.ca, "--cert", pki.clientCert, "--key", pki.clientKey})
+		if err != nil {
+			if NeedRedis(err) {
+				t.Skip(err)
+			}
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Stop)
+		// Every node (named by CLUSTER SLOTS, not configured) is verified
+		// against the CA by its own address, with the client certificate.
+		h := e.handler(e.pod(), "api@file", topoOpts(map[string]interface{}{
+			"mode": "cluster", "endpoints": []interface{}{c.Nodes[0].Addr}, "timeout": "50ms",
+			"tls": map[string]interface{}{"ca": pki.ca, "cert": pki.clientCert, "key": pki.clientKey},
+		}, "class", "api", "average", 60, "period", "1h", "burst", 5))
+		waitDecidedByRedis(t, h, 5*time.Second)
+		for i := 0; i < 15; i++ {
+			if n := hammer(t, h, fmt.Sprintf("%s-%d", t.Name(), i), 7); n != 5 {
+				t.Fatalf("client %d over TLS: %d of 7 admitted, want 5", i, n)
+			}
+		}
+		for _, p := range c.Primaries() {
+			if n, err := redis.Int(p.Do("DBSIZE")); err != nil || n == 0 {
+				t.Fatalf("primary %s holds %d keys (%v): not every node was reached over TLS", p.Addr, n, err)
+			}
+		}
+	})
+}
