@@ -88,7 +88,8 @@ func TestConfigFormatsDecodeAlike(t *testing.T) {
 	want.Average, want.Period, want.Burst, want.Cost, want.Class = 100, "1m", 20, 1, "api"
 	want.SourceCriterion = &tollgate.SourceCriterion{RequestHeaderName: "X-API-Key"}
 	want.Rules = []tollgate.Rule{{Name: "login", PathPrefix: "/login", Methods: []string{"POST"}, Average: 5, Period: "1m", Burst: 5, FailureMode: "closed"}}
-	want.FailureMode, want.Replicas, want.Headers = "open", 3, "both"
+	want.FailureMode, want.Replicas, want.Headers, want.Shards = "open", 3, "both", 2
+	want.Redis.Mode, want.Redis.Pipeline = "standalone", 2
 	want.Redis.Endpoints = []string{"127.0.0.1:1"}
 	want.Redis.DB, want.Redis.Timeout, want.Redis.PoolSize, want.Redis.BreakerThreshold, want.Redis.ProbeInterval = 2, "5ms", 16, 3, "3s"
 
@@ -100,11 +101,11 @@ func TestConfigFormatsDecodeAlike(t *testing.T) {
 		desc string
 		d    *dynamic
 		// labels spell durations as bare seconds
-		period, timeout, probe string
+		period, timeout, probe, heartbeat string
 	}{
-		{desc: "yaml", d: decodeFile(t, testdata("config", "dynamic.yaml")), period: "1m", timeout: "5ms", probe: "3s"},
-		{desc: "toml", d: decodeFile(t, testdata("config", "dynamic.toml")), period: "1m", timeout: "5ms", probe: "3s"},
-		{desc: "labels", d: decodeLabels(t, testdata("config", "labels.txt")), period: "60", timeout: "0.005", probe: "3"},
+		{desc: "yaml", d: decodeFile(t, testdata("config", "dynamic.yaml")), period: "1m", timeout: "5ms", probe: "3s", heartbeat: "10s"},
+		{desc: "toml", d: decodeFile(t, testdata("config", "dynamic.toml")), period: "1m", timeout: "5ms", probe: "3s", heartbeat: "10s"},
+		{desc: "labels", d: decodeLabels(t, testdata("config", "labels.txt")), period: "60", timeout: "0.005", probe: "3", heartbeat: "10"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			opts := tc.d.options(t, "api-limit")
@@ -113,7 +114,7 @@ func TestConfigFormatsDecodeAlike(t *testing.T) {
 				t.Fatal(err)
 			}
 			w := *want
-			w.Period, w.Redis.Timeout, w.Redis.ProbeInterval = tc.period, tc.timeout, tc.probe
+			w.Period, w.Redis.Timeout, w.Redis.ProbeInterval, w.Redis.Heartbeat = tc.period, tc.timeout, tc.probe, tc.heartbeat
 			if !reflect.DeepEqual(got, &w) {
 				t.Fatalf("decoded config:\n got %+v\nwant %+v", got, &w)
 			}
