@@ -18,11 +18,8 @@ package tollgate
 // count survives Redis outages: it is what the fallback needs then.
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -116,7 +113,7 @@ func (b *backend) beatLoop() {
 			atomic.StoreInt32(&b.beating, 0)
 			// One asked for between dueBeats and the store above would
 			// otherwise wait for the next interval.
-			if len(b.dueBeatsPeek()) == 0 || !atomic.CompareAndSwapInt32(&b.beating, 0, 1) {
+			if !b.anyDue() || !atomic.CompareAndSwapInt32(&b.beating, 0, 1) {
 				return
 			}
 			continue
@@ -155,17 +152,16 @@ func (b *backend) dueBeats() []*heartbeat {
 	return batch
 }
 
-// dueBeatsPeek is dueBeats without taking them.
-func (b *backend) dueBeatsPeek() []*heartbeat {
+// anyDue reports whether a heartbeat is asked for.
+func (b *backend) anyDue() bool {
 	b.beatsMu.Lock()
 	defer b.beatsMu.Unlock()
-	var batch []*heartbeat
 	for _, hb := range b.beats {
 		if atomic.LoadInt32(&hb.due) == 1 {
-			batch = append(batch, hb)
+			return true
 		}
 	}
-	return batch
+	return false
 }
 
 // heartbeat registers the pod for every class of batch and records the
@@ -210,10 +206,10 @@ func beatOn(cn *rconn, batch []*heartbeat, deadline time.Time) error {
 	var b []byte
 	for _, hb := range batch {
 		ttlMS := atomic.LoadInt64(&hb.ttlMS)
-		b = command3(b, "ZADD", hb.key, strconv.FormatInt(now, 10), instanceID)
-		b = command3(b, "ZREMRANGEBYSCORE", hb.key, "-inf", strconv.FormatInt(now-ttlMS, 10))
-		b = command3(b, "PEXPIRE", hb.key, strconv.FormatInt(ttlMS, 10))
-		b = command3(b, "ZCARD", hb.key)
+		b = appendCommand(b, "ZADD", hb.key, strconv.FormatInt(now, 10), instanceID)
+		b = appendCommand(b, "ZREMRANGEBYSCORE", hb.key, "-inf", strconv.FormatInt(now-ttlMS, 10))
+		b = appendCommand(b, "PEXPIRE", hb.key, strconv.FormatInt(ttlMS, 10))
+		b = appendCommand(b, "ZCARD", hb.key)
 	}
 	if _, err := cn.nc.Write(b); err != nil {
 		return err
@@ -230,74 +226,4 @@ func beatOn(cn *rconn, batch []*heartbeat, deadline time.Time) error {
 		}
 	}
 	return nil
-}
-
-// command3 appends a command (verb and arguments) in RESP.
-func command3(b []byte, verb string, args ...string) []byte {
-	b = append(b, '*')
-	b = strconv.AppendInt(b, int64(1+len(args)), 10)
-	b = append(b, "\r\n"...)
-	b = bulk(b, verb)
-	for _, a := range args {
-		b = bulk(b, a)
-	}
-	return b
-}
-
-// readLine reads one reply line without its CRLF; an error reply is an
-// error.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	line, err := br.ReadSlice('\n')
-	if err != nil {
-		return nil, err
-	}
-	line = bytes.TrimRight(line, "\r\n")
-	if len(line) == 0 {
-		return nil, errBadReply
-	}
-	if line[0] == '-' {
-		return nil, fmt.Errorf("%w: %s", errBadReply, line[1:])
-	}
-	return line, nil
-}
-
-// readInt reads an integer reply.
-func readInt(br *bufio.Reader) (int64, error) {
-	line, err := readLine(br)
-	if err != nil {
-		return 0, err
-	}
-	if line[0] != ':' {
-		return 0, errBadReply
-	}
-	n, err := strconv.ParseInt(string(line[1:]), 10, 64)
-	if err != nil {
-		return 0, errBadReply
-	}
-	return n, nil
-}
-
-// readTime reads TIME's reply, in µs since the Unix epoch.
-func readTime(br *bufio.Reader) (int64, error) {
-	line, err := readLine(br)
-	if err != nil {
-		return 0, err
-	}
-	if string(line) != "*2" {
-		return 0, errBadReply
-	}
-	var v [2]int64
-	for i := range v {
-		if _, err := readLine(br); err != nil { // $len
-			return 0, err
-		}
-		line, err := readLine(br)
-		if err != nil {
-			return 0, err
-		}
-		if v[i], err = strconv.ParseInt(string(line), 10, 64); err != nil || v[i] < 0 {
-			return 0, errBadReply
-		}
-	}
-	return v[0]*1000000 + v[1], nil
 }

@@ -8,10 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"net"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -107,7 +105,7 @@ func (b *backend) follow(addr string) error {
 		return err
 	}
 	defer conn.Close()
-	if _, err := raw.Write(command3(nil, "SUBSCRIBE", "+switch-master")); err != nil {
+	if _, err := raw.Write(appendCommand(nil, "SUBSCRIBE", "+switch-master")); err != nil {
 		return err
 	}
 	br := bufio.NewReader(raw)
@@ -129,52 +127,4 @@ func (b *backend) follow(addr string) error {
 		}
 	}
 	return nil
-}
-
-// readStrings reads an array of bulk strings and integers (a pub/sub
-// message or subscription), as strings.
-func readStrings(br *bufio.Reader) ([]string, error) {
-	line, err := readLine(br)
-	if err != nil {
-		return nil, err
-	}
-	if line[0] != '*' {
-		return nil, errBadReply
-	}
-	n, err := parseCount(line[1:])
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, 0, n)
-	for i := 0; i < n; i++ {
-		if line, err = readLine(br); err != nil {
-			return nil, err
-		}
-		switch line[0] {
-		case ':':
-			out = append(out, string(line[1:]))
-		case '$':
-			size, err := parseCount(line[1:])
-			if err != nil {
-				return nil, err
-			}
-			buf := make([]byte, size+2)
-			if _, err := io.ReadFull(br, buf); err != nil {
-				return nil, err
-			}
-			out = append(out, string(buf[:size]))
-		default:
-			return nil, errBadReply
-		}
-	}
-	return out, nil
-}
-
-// parseCount parses a RESP length, at most 1 MB.
-func parseCount(b []byte) (int, error) {
-	n, err := strconv.Atoi(string(b))
-	if err != nil || n < 0 || n > 1<<20 {
-		return 0, errBadReply
-	}
-	return n, nil
 }
