@@ -43,8 +43,14 @@ func TestBreakerSteps(t *testing.T) {
 		{"window 2: 2 failures", 10101, true, "fail"},
 		{"window 2: 3rd failure opens", 10102, true, "fail"},
 		{"open", 10103, false, ""},
+		// The topology changed (a replica promoted): the next check probes.
+		{"probeSoon", 10104, true, "probeSoon"},
+		{"probe taken", 10105, false, ""},
 	}
 	for i, s := range steps {
+		if s.then == "probeSoon" {
+			b.probeSoon()
+		}
 		got := !b.isOpen() || b.allow(s.at*ms, interval)
 		if got != s.allow {
 			t.Fatalf("step %d (%s, t=%dms): allow = %t, want %t", i, s.desc, s.at, got, s.allow)
