@@ -15,11 +15,14 @@ import (
 )
 
 // fakeRedis answers every EVALSHA/EVAL of the bucket script with reply,
-// heartbeats as if 3 pods were registered, and CLIENT SETNAME with +OK. An in-process fake, for unit tests of reply handling only: the
-// behaviour against Redis itself is tested against real redis-servers in e2e.
+// heartbeats as if 3 pods were registered, the commands in replies with
+// their canned reply, and anything else (CLIENT SETNAME) with +OK. An
+// in-process fake, for unit tests of reply handling only: the behaviour
+// against Redis itself is tested against real redis-servers in e2e.
 type fakeRedis struct {
 	l       net.Listener
 	reply   string
+	replies map[string]string // by command, upper case; set before serving
 	evals   int64 // bucket checks
 	beats   int64 // heartbeats
 	setName int64 // Unix ns: CLIENT SETNAME is answered no sooner (a slow dial)
@@ -28,11 +31,17 @@ type fakeRedis struct {
 
 func startFake(t *testing.T, reply string) *fakeRedis {
 	t.Helper()
+	return startFakeWith(t, reply, nil)
+}
+
+// startFakeWith is startFake with canned replies by command.
+func startFakeWith(t *testing.T, reply string, replies map[string]string) *fakeRedis {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeRedis{l: l, reply: reply}
+	f := &fakeRedis{l: l, reply: reply, replies: replies}
 	t.Cleanup(func() { l.Close() })
 	go f.serve()
 	return f
@@ -70,7 +79,9 @@ func (f *fakeRedis) conn(c net.Conn) {
 			atomic.AddInt64(&f.beats, 1)
 			reply = ":3\r\n"
 		}
-		if args[0] == "EVALSHA" || args[0] == "EVAL" {
+		if r, ok := f.replies[strings.ToUpper(args[0])]; ok {
+			reply = r
+		} else if args[0] == "EVALSHA" || args[0] == "EVAL" {
 			atomic.AddInt64(&f.evals, 1)
 			reply = f.reply
 		}

@@ -565,10 +565,17 @@ func (c *redisClient) retry(cn *rconn, cmd *command, key string, d []int64, dead
 		return err
 	}
 	c.closeIdle()
-	if cn, err = c.get(deadline); err != nil {
+	return c.exchangeFresh(cmd, key, d, deadline, false)
+}
+
+// exchangeFresh runs one exchange (asking: see exchange) on a connection
+// from get, which it then pools or, after an error, closes.
+func (c *redisClient) exchangeFresh(cmd *command, key string, d []int64, deadline time.Time, asking bool) error {
+	cn, err := c.get(deadline)
+	if err != nil {
 		return err
 	}
-	if err = exchange(cn, cmd, key, d, deadline, false); err != nil {
+	if err = exchange(cn, cmd, key, d, deadline, asking); err != nil {
 		c.discard(cn)
 		return err
 	}

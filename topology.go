@@ -194,16 +194,7 @@ func (b *backend) refreshNow() {
 // the call is EVAL (a NOSCRIPT answer could not be followed by EVAL
 // without asking again).
 func (c *redisClient) checkAsking(cmd *command, key string, d []int64, deadline time.Time) error {
-	cn, err := c.get(deadline)
-	if err != nil {
-		return err
-	}
-	if err = exchange(cn, cmd, key, d, deadline, true); err != nil {
-		c.discard(cn)
-		return err
-	}
-	c.put(cn, c.now())
-	return nil
+	return c.exchangeFresh(cmd, key, d, deadline, true)
 }
 
 var askingCmd = []byte("*1\r\n$6\r\nASKING\r\n")

@@ -3,7 +3,6 @@ package tollgate
 import (
 	"bufio"
 	"fmt"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -34,37 +33,7 @@ func TestKeySlot(t *testing.T) {
 // commands with canned replies (CLIENT SETNAME with +OK).
 func fakeNode(t *testing.T, replies map[string]string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func(c net.Conn) {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					args, err := readCommand(br)
-					if err != nil {
-						return
-					}
-					reply, ok := replies[strings.ToUpper(args[0])]
-					if !ok {
-						reply = "+OK\r\n"
-					}
-					if _, err := c.Write([]byte(reply)); err != nil {
-						return
-					}
-				}
-			}(c)
-		}
-	}()
-	return l.Addr().String()
+	return startFakeWith(t, "", replies).l.Addr().String()
 }
 
 func topologyBackend(t *testing.T, mode string, endpoints ...string) *backend {

@@ -65,6 +65,43 @@ func decided(rec interface{ Header() http.Header }) string {
 	return rec.Header().Get("X-Tollgate-Decision")
 }
 
+// outcome is one request of steadyTraffic.
+type outcome struct {
+	at       time.Time
+	code     int
+	decision string
+}
+
+// steadyTraffic sends a request every 10 ms, for key(i), i = 0, 1, ...,
+// until the returned stop is called, which returns what happened.
+func steadyTraffic(h http.Handler, key func(i int) string) (stop func() []outcome) {
+	var mu sync.Mutex
+	var out []outcome
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			rec := do(h, "GET", "/", key(i))
+			mu.Lock()
+			out = append(out, outcome{time.Now(), rec.Code, decided(rec)})
+			mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	return func() []outcome {
+		close(done)
+		wg.Wait()
+		return out
+	}
+}
+
 // waitDecidedByRedis sends requests for a throw-away key until Redis
 // decides one (the topology is learnt off the request's clock).
 func waitDecidedByRedis(t *testing.T, h http.Handler, within time.Duration) {
@@ -243,40 +280,15 @@ func TestClusterPrimaryKilledUnderTraffic(t *testing.T) {
 				clients = append(clients, k)
 			}
 		}
-		type result struct {
-			at       time.Time
-			code     int
-			decision string
-		}
-		var mu sync.Mutex
-		var results []result
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				// 5 clients at 20 requests/s each: within 100/s.
-				rec := do(h, "GET", "/", clients[i%len(clients)])
-				mu.Lock()
-				results = append(results, result{time.Now(), rec.Code, decided(rec)})
-				mu.Unlock()
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
+		// 5 clients at 20 requests/s each: within 100/s.
+		stop := steadyTraffic(h, func(i int) string { return clients[i%len(clients)] })
 		time.Sleep(time.Second)
 		killed := time.Now()
 		victim.Kill()
 		err = c.WaitHealthy(20 * time.Second)
 		promoted := time.Now()
 		time.Sleep(2 * time.Second)
-		close(stop)
-		wg.Wait()
+		results := stop()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -351,26 +363,7 @@ func TestSentinelFailoverUnderTraffic(t *testing.T) {
 		if n, _ := s.Primary.ScriptCalls(); n == 0 {
 			t.Fatal("the primary ran no script")
 		}
-		var mu sync.Mutex
-		codes := map[string]int{}
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				rec := do(h, "GET", "/", fmt.Sprintf("steady-%d", i%5))
-				mu.Lock()
-				codes[fmt.Sprintf("%d %s", rec.Code, decided(rec))]++
-				mu.Unlock()
-				time.Sleep(10 * time.Millisecond)
-			}
-		}()
+		stop := steadyTraffic(h, func(i int) string { return fmt.Sprintf("steady-%d", i%5) })
 		time.Sleep(500 * time.Millisecond)
 		start := time.Now()
 		if _, err := s.Sentinels[0].Do("SENTINEL", "FAILOVER", MasterName); err != nil {
@@ -384,8 +377,10 @@ func TestSentinelFailoverUnderTraffic(t *testing.T) {
 			}
 		}
 		time.Sleep(time.Second)
-		close(stop)
-		wg.Wait()
+		codes := map[string]int{}
+		for _, o := range stop() {
+			codes[fmt.Sprintf("%d %s", o.code, o.decision)]++
+		}
 		if switched == 0 {
 			t.Fatalf("the promoted replica ran no script within 20 s of SENTINEL FAILOVER (decisions %v)", codes)
 		}
