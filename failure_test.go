@@ -23,10 +23,10 @@ type fakeRedis struct {
 	l       net.Listener
 	reply   string
 	replies map[string]string // by command, upper case; set before serving
-	evals   int64 // bucket checks
-	beats   int64 // heartbeats
-	setName int64 // Unix ns: CLIENT SETNAME is answered no sooner (a slow dial)
-	names   int64 // CLIENT commands received
+	evals   int64             // bucket checks
+	beats   int64             // heartbeats
+	setName int64             // Unix ns: CLIENT SETNAME is answered no sooner (a slow dial)
+	names   int64             // CLIENT commands received
 }
 
 func startFake(t *testing.T, reply string) *fakeRedis {
