@@ -742,7 +742,7 @@ func TestFleetReload(t *testing.T) {
 		r, _ := tr.Metric("traefik_config_reloads_total")
 		t.Logf("%s: %d reloads applied; goroutines %v before, %d after", tr.Name, int(r-r0[i]), g0[i], g)
 		if float64(g) > g0[i]*1.2+10 {
-			t.Fatalf("%s: %v goroutines before 200 reloads, %d after", tr.Name, g0[i], g)
+			t.Fatalf("%s: %v goroutines before 200 reloads, %d after:\n%s", tr.Name, g0[i], g, tr.GoroutineDump())
 		}
 	}
 }

@@ -199,8 +199,16 @@ func (t *Traefik) RouterStatus(name string) string {
 	return r.Status
 }
 
-// Goroutines returns the process's goroutine count (pprof).
+// Goroutines returns the process's goroutine count (pprof), after a
+// garbage collection (pprof's heap profile with gc=1): goroutines that end
+// when their owner is collected (go-cache's janitors, which Traefik's
+// reloads leave behind until then) are not counted.
 func (t *Traefik) Goroutines() (int, error) {
+	if resp, err := http.Get("http://" + t.API + "/debug/pprof/heap?gc=1"); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		time.Sleep(50 * time.Millisecond) // finalizers run after the collection
+	}
 	resp, err := http.Get("http://" + t.API + "/debug/pprof/goroutine?debug=1")
 	if err != nil {
 		return 0, err
@@ -216,6 +224,18 @@ func (t *Traefik) Goroutines() (int, error) {
 		return 0, fmt.Errorf("pprof: %q", line)
 	}
 	return strconv.Atoi(f[len(f)-1])
+}
+
+// GoroutineDump returns the process's goroutines grouped by stack (pprof
+// debug=1), for a failure message.
+func (t *Traefik) GoroutineDump() string {
+	resp, err := http.Get("http://" + t.API + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 // Metric returns the sum of a Prometheus counter or gauge over its labels.
