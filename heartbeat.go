@@ -124,7 +124,7 @@ func (b *backend) beatLoop() {
 
 // sendBeats sends a batch of heartbeats, to each key's node.
 func (b *backend) sendBeats(batch []*heartbeat) {
-	if b.mode == modeStandalone {
+	if b.base.mode == modeStandalone {
 		b.client.heartbeat(batch)
 		return
 	}

@@ -76,7 +76,6 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 		return b, nil
 	}
 	b := &backend{
-		mode:     set.mode,
 		base:     set,
 		breaker:  &breaker{},
 		now:      time.Now,
@@ -97,6 +96,7 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 			if err != nil {
 				return nil, err
 			}
+			conf.ServerName = "" // nodes are verified by their own address (dialOptions)
 			b.tlsConf = conf
 		}
 		b.topo.nodes = make(map[string]*redisClient)
@@ -110,11 +110,10 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 // or a Cluster) with its pools, breaker and counters. Safe for concurrent
 // use; counters are updated atomically.
 type backend struct {
-	mode    int          // redis.mode
-	client  *redisClient // standalone: the server's pool; nil otherwise
-	topo    topology     // sentinel and cluster: the nodes (topology.go)
-	base    redisSettings
-	tlsConf *tls.Config // sentinel and cluster with TLS: for every node
+	client  *redisClient  // standalone: the server's pool; nil otherwise
+	topo    topology      // sentinel and cluster: the nodes (topology.go)
+	base    redisSettings // the first New's: its mode, endpoints and credentials make the backend
+	tlsConf *tls.Config   // sentinel and cluster with TLS: for topology queries, naming no server
 	breaker *breaker
 	now     func() time.Time
 
@@ -148,13 +147,13 @@ func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings, h
 	atomic.StoreInt64(&b.lastUsed, ns)
 	if atomic.LoadInt64(&b.breaker.nextProbe) != 0 && !b.breaker.allow(ns, o.probeNS) {
 		atomic.AddInt64(&b.skipped, 1)
-		if b.mode != modeStandalone {
+		if b.base.mode != modeStandalone {
 			b.refresh() // a promoted replica lets the next probe through (topology.go)
 		}
 		return errBreakerOpen
 	}
 	var err error
-	if b.mode == modeStandalone {
+	if b.base.mode == modeStandalone {
 		err = b.client.check(cmd, key, d, now, ns, o.timeout)
 	} else {
 		err = b.topologyCheck(cmd, key, d, now, ns, o)
@@ -180,7 +179,7 @@ func (b *backend) failed(ns int64, err error, o *redisSettings) {
 	if err == errDialFailed {
 		return // counted and logged, with its cause, by dialFailed
 	}
-	if b.mode != modeStandalone && err != errLate && err != errPoolExhausted {
+	if b.base.mode != modeStandalone && err != errLate && err != errPoolExhausted {
 		b.refresh() // a node down, a failover, a slot moved
 	}
 	if err != errDialing && err != errPoolExhausted && err != errLate && err != errNoRoute {
@@ -200,7 +199,7 @@ func (b *backend) dialFailed(err error) {
 	b.breaker.failure(ns, set.breakerThreshold, set.probeNS)
 	atomic.AddInt64(&b.failures, 1)
 	b.logFailure(ns, err, &set)
-	if b.mode != modeStandalone {
+	if b.base.mode != modeStandalone {
 		b.refresh()
 	}
 }
@@ -230,7 +229,7 @@ type backendStats struct {
 
 // clients returns the pools of every node in use.
 func (b *backend) clients() []*redisClient {
-	if b.mode == modeStandalone {
+	if b.base.mode == modeStandalone {
 		return []*redisClient{b.client}
 	}
 	b.topo.mu.Lock()
@@ -244,7 +243,7 @@ func (b *backend) clients() []*redisClient {
 
 // describe names the deployment in logs.
 func (b *backend) describe() string {
-	switch b.mode {
+	switch b.base.mode {
 	case modeSentinel:
 		return fmt.Sprintf("sentinel master %q (sentinels %s)", b.base.masterName, strings.Join(b.base.endpoints, ","))
 	case modeCluster:

@@ -5,7 +5,6 @@ package tollgate
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"log"
@@ -90,17 +89,8 @@ func (b *backend) idleFor(d time.Duration) bool {
 // primaries as announced. It returns nil once the backend is idle, or the
 // error that broke the subscription.
 func (b *backend) follow(addr string) error {
-	deadline := b.now().Add(dialTimeoutFor(b.base.timeout))
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
 	var raw net.Conn
-	tlsConf := b.tlsConf
-	if tlsConf != nil {
-		tlsConf = tlsConf.Clone()
-		tlsConf.ServerName = ""
-	}
-	conn, err := redis.DialContext(ctx, "tcp", addr,
-		dialOptions(tlsConf, deadline, b.base.sentinelUser, b.base.sentinelPass, 0, func(nc net.Conn) { raw = nc })...)
+	conn, err := b.adminConn(addr, b.base.sentinelUser, b.base.sentinelPass, 0, func(nc net.Conn) { raw = nc })
 	if err != nil {
 		return err
 	}

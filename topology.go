@@ -74,13 +74,13 @@ type topology struct {
 // route returns the client for key, or nil while the topology is unknown.
 func (b *backend) route(key string) *redisClient {
 	slot := 0
-	if b.mode == modeCluster {
+	if b.base.mode == modeCluster {
 		slot = keySlot(key)
 	}
 	t := &b.topo
 	t.mu.Lock()
 	c := t.primary
-	if b.mode == modeCluster && t.slots != nil {
+	if b.base.mode == modeCluster && t.slots != nil {
 		c = t.slots[slot]
 	}
 	t.mu.Unlock()
@@ -119,7 +119,7 @@ func (b *backend) forget(keep map[*redisClient]bool) {
 // topologyCheck is backend.check's path for sentinel and cluster modes:
 // the check on the key's node, following one redirection.
 func (b *backend) topologyCheck(cmd *command, key string, d []int64, now time.Time, ns int64, o *redisSettings) error {
-	if b.mode == modeSentinel && atomic.LoadInt32(&b.topo.watching) == 0 {
+	if b.base.mode == modeSentinel && atomic.LoadInt32(&b.topo.watching) == 0 {
 		b.watch()
 	}
 	c := b.route(key)
@@ -174,12 +174,12 @@ func (b *backend) refresh() {
 func (b *backend) refreshNow() {
 	defer func() {
 		if r := recover(); r != nil {
-			log.Printf("tollgate: redis %s: refreshing the topology: recovered from a panic: %v", modeName(b.mode), r)
+			log.Printf("tollgate: redis %s: refreshing the topology: recovered from a panic: %v", b.describe(), r)
 		}
 		atomic.StoreInt32(&b.topo.refreshing, 0)
 	}()
 	var err error
-	if b.mode == modeSentinel {
+	if b.base.mode == modeSentinel {
 		err = b.resolvePrimary()
 	} else {
 		err = b.loadSlots()
@@ -219,15 +219,7 @@ func sendAsking(cn *rconn, cmd *command, key string) error {
 // adminDo runs one command on a fresh connection to addr (user and
 // password for AUTH), for topology queries; the connection is closed.
 func (b *backend) adminDo(addr, user, pass string, db int64, cmd string, args ...interface{}) (interface{}, error) {
-	deadline := b.now().Add(dialTimeoutFor(b.base.timeout))
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	var tlsConf = b.tlsConf
-	if tlsConf != nil {
-		tlsConf = tlsConf.Clone()
-		tlsConf.ServerName = ""
-	}
-	conn, err := redis.DialContext(ctx, "tcp", addr, dialOptions(tlsConf, deadline, user, pass, db, func(net.Conn) {})...)
+	conn, err := b.adminConn(addr, user, pass, db, func(net.Conn) {})
 	if err != nil {
 		return nil, fmt.Errorf("dialing %s: %w", addr, err)
 	}
@@ -235,13 +227,13 @@ func (b *backend) adminDo(addr, user, pass string, db int64, cmd string, args ..
 	return conn.Do(cmd, args...)
 }
 
-// modeName names a mode in logs.
-func modeName(mode int) string {
-	switch mode {
-	case modeSentinel:
-		return "sentinel"
-	case modeCluster:
-		return "cluster"
-	}
-	return "standalone"
+// adminConn dials addr for a topology query or subscription, within the
+// dial budget, with the deployment's TLS (each node verified by its own
+// address: b.tlsConf names no server) and the given credentials; got
+// receives the raw connection.
+func (b *backend) adminConn(addr, user, pass string, db int64, got func(net.Conn)) (redis.Conn, error) {
+	deadline := b.now().Add(dialTimeoutFor(b.base.timeout))
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	return redis.DialContext(ctx, "tcp", addr, dialOptions(b.tlsConf, deadline, user, pass, db, got)...)
 }

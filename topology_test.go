@@ -46,7 +46,7 @@ func topologyBackend(t *testing.T, mode string, endpoints ...string) *backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &backend{mode: s.redis.mode, base: s.redis, breaker: &breaker{}, now: time.Now, set: s.redis}
+	b := &backend{base: s.redis, breaker: &breaker{}, now: time.Now, set: s.redis}
 	b.topo.nodes = map[string]*redisClient{}
 	return b
 }
