@@ -72,3 +72,21 @@ func (lb *localBuckets) size() int {
 	defer lb.mu.Unlock()
 	return len(lb.tats)
 }
+
+// localStores gives the fallback buckets of each class a store of its own,
+// so that a flood of clients on one middleware cannot evict another's
+// depleted buckets. Safe for concurrent use.
+type localStores struct {
+	mu      sync.Mutex
+	byClass map[string]*localBuckets
+	one     *localBuckets // until each class has its own
+}
+
+func newLocalStores() *localStores {
+	return &localStores{byClass: make(map[string]*localBuckets), one: newLocalBuckets(maxLocalBuckets)}
+}
+
+// forClass returns the store of class's buckets.
+func (s *localStores) forClass(class string) *localBuckets {
+	return s.one
+}

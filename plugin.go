@@ -71,7 +71,7 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	if err != nil {
 		return nil, fmt.Errorf("tollgate %s: %w", name, err)
 	}
-	t := &Tollgate{next: next, set: set, local: shared.local, sets: make(map[uint64]*policySet)}
+	t := &Tollgate{next: next, set: set, local: shared.locals.forClass(set.class), sets: make(map[uint64]*policySet)}
 	if set.disabled {
 		return t, nil
 	}

@@ -40,14 +40,14 @@ type registry struct {
 
 	mu       sync.Mutex // guards backends
 	backends map[string]*backend
-	local    *localBuckets
+	locals   *localStores
 }
 
 // shared is the process's registry.
 var shared = newRegistry()
 
 func newRegistry() *registry {
-	return &registry{now: time.Now, backends: make(map[string]*backend), local: newLocalBuckets(maxLocalBuckets)}
+	return &registry{now: time.Now, backends: make(map[string]*backend), locals: newLocalStores()}
 }
 
 // backend returns the backend for set's connection, creating it on first
