@@ -18,5 +18,11 @@ import "time"
 var processStart = time.Now()
 
 // monotonic returns the nanoseconds elapsed since processStart, on the
-// monotonic clock.
-func monotonic() int64 { return int64(time.Since(processStart)) }
+// monotonic clock, plus monoOrigin.
+func monotonic() int64 { return int64(time.Since(processStart)) + monoOrigin }
+
+// monoOrigin is where the monotonic clock starts: a day, so that a time
+// never set (zero: the last heartbeat, refresh or failure logged) reads as
+// long ago from the first instant (Yaegi loads the package just before
+// the first New).
+const monoOrigin = int64(24 * time.Hour)

@@ -81,7 +81,7 @@ func (b *backend) loadSlots() error {
 		keep := map[*redisClient]bool{}
 		b.topo.mu.Lock()
 		for _, r := range ranges {
-			c := b.node(r.addr)
+			c := b.node(r.addr, true)
 			if c == nil {
 				continue
 			}

@@ -54,14 +54,17 @@ func TestCompileLocalShare(t *testing.T) {
 		desc                     string
 		average, burst, replicas int64
 		seen                     int64 // pods counted by the heartbeat; 0: none yet
+		watched                  bool  // the pod has watched a full window of heartbeats
 		wantLocalBurst           float64
 		wantLocalIntervalSeconds float64
 	}{
 		{desc: "100/min burst 20 over 3 pods", average: 100, burst: 20, replicas: 3, wantLocalBurst: 6, wantLocalIntervalSeconds: 1.8},
 		{desc: "more pods than burst: at least one request", average: 100, burst: 20, replicas: 100, wantLocalBurst: 1, wantLocalIntervalSeconds: 60},
 		{desc: "replicas 0 means 1", average: 60, burst: 10, replicas: 0, wantLocalBurst: 10, wantLocalIntervalSeconds: 1},
-		{desc: "the heartbeat's count wins over replicas", average: 100, burst: 20, replicas: 3, seen: 2, wantLocalBurst: 10, wantLocalIntervalSeconds: 1.2},
-		{desc: "the heartbeat's count may exceed replicas", average: 100, burst: 20, replicas: 1, seen: 4, wantLocalBurst: 5, wantLocalIntervalSeconds: 2.4},
+		{desc: "a count watched for a full window wins over replicas", average: 100, burst: 20, replicas: 3, seen: 2, watched: true, wantLocalBurst: 10, wantLocalIntervalSeconds: 1.2},
+		{desc: "a count not yet watched for a full window never lowers replicas", average: 100, burst: 20, replicas: 3, seen: 1, wantLocalBurst: 6, wantLocalIntervalSeconds: 1.8},
+		{desc: "a count not yet watched for a full window may raise replicas", average: 100, burst: 20, replicas: 1, seen: 4, wantLocalBurst: 5, wantLocalIntervalSeconds: 2.4},
+		{desc: "the heartbeat's count may exceed replicas", average: 100, burst: 20, replicas: 1, seen: 4, watched: true, wantLocalBurst: 5, wantLocalIntervalSeconds: 2.4},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			cfg := CreateConfig()
@@ -70,11 +73,17 @@ func TestCompileLocalShare(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The first count at 1 s, 3 heartbeats of 5 s: the window is
+			// watched from 16 s on.
 			var hb *heartbeat
+			now := int64(2 * time.Second)
 			if tc.seen > 0 {
-				hb = &heartbeat{seen: tc.seen}
+				hb = &heartbeat{seen: tc.seen, first: int64(time.Second), ttlMS: 15000}
 			}
-			l := s.top.localShare(replicasSeen(hb, s.replicas))
+			if tc.watched {
+				now = int64(16 * time.Second)
+			}
+			l := s.top.localShare(replicasSeen(hb, s.replicas, now))
 			if l.burst != tc.wantLocalBurst || math.Abs(l.interval/1e6-tc.wantLocalIntervalSeconds) > 1e-9 {
 				t.Fatalf("local share: burst %v, %v s per token; want %v, %v", l.burst, l.interval/1e6, tc.wantLocalBurst, tc.wantLocalIntervalSeconds)
 			}

@@ -2,13 +2,20 @@ package tollgate
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +34,20 @@ type fakeRedis struct {
 	beats   int64             // heartbeats
 	setName int64             // Unix ns: CLIENT SETNAME is answered no sooner (a slow dial)
 	names   int64             // CLIENT commands received
+	frozen  int32             // 1: commands are read but never answered
+	isDown  int32             // 1: connections are closed at once
+}
+
+// freeze makes the server stop answering.
+func (f *fakeRedis) freeze() { atomic.StoreInt32(&f.frozen, 1) }
+
+// down makes the server close every connection (true) or serve again.
+func (f *fakeRedis) down(v bool) {
+	var n int32
+	if v {
+		n = 1
+	}
+	atomic.StoreInt32(&f.isDown, n)
 }
 
 func startFake(t *testing.T, reply string) *fakeRedis {
@@ -47,6 +68,30 @@ func startFakeWith(t *testing.T, reply string, replies map[string]string) *fakeR
 	return f
 }
 
+// startFakeTLS is startFake behind TLS, with a self-signed certificate.
+func startFakeTLS(t *testing.T, reply string) *fakeRedis {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeRedis{l: l, reply: reply}
+	t.Cleanup(func() { l.Close() })
+	go f.serve()
+	return f
+}
+
 func (f *fakeRedis) serve() {
 	for {
 		c, err := f.l.Accept()
@@ -62,8 +107,11 @@ func (f *fakeRedis) conn(c net.Conn) {
 	br := bufio.NewReader(c)
 	for {
 		args, err := readCommand(br)
-		if err != nil {
+		if err != nil || atomic.LoadInt32(&f.isDown) == 1 {
 			return
+		}
+		if atomic.LoadInt32(&f.frozen) == 1 {
+			continue
 		}
 		reply := "+OK\r\n"
 		if args[0] == "CLIENT" {
@@ -71,6 +119,8 @@ func (f *fakeRedis) conn(c net.Conn) {
 			time.Sleep(time.Until(time.Unix(0, atomic.LoadInt64(&f.setName))))
 		}
 		switch args[0] {
+		case "SCRIPT":
+			reply = "$40\r\n" + bucketSHA + "\r\n"
 		case "TIME":
 			reply = "*2\r\n$10\r\n1700000000\r\n$1\r\n0\r\n"
 		case "ZADD", "ZREMRANGEBYSCORE", "PEXPIRE":
@@ -78,6 +128,9 @@ func (f *fakeRedis) conn(c net.Conn) {
 		case "ZCARD":
 			atomic.AddInt64(&f.beats, 1)
 			reply = ":3\r\n"
+		}
+		if args[0] == "PING" {
+			reply = "+PONG\r\n"
 		}
 		if r, ok := f.replies[strings.ToUpper(args[0])]; ok {
 			reply = r
@@ -210,9 +263,15 @@ func TestFailurePolicyCounters(t *testing.T) {
 			t.Fatalf("request %d with Redis down: %d %v, want 200 with headers", i, rec.Code, rec.Header())
 		}
 	}
+	// Checks do not wait for the dials they start once one failed: how
+	// many of the 5 were skipped depends on when those dials fail.
+	waitFor(t, func() bool { return h.be.stats().Breaker }, "the breaker to open")
+	for i := 0; i < 3; i++ {
+		serve(h, t.Name())
+	}
 	st := h.be.stats()
-	if st.Fallbacks != 5 || st.Failures != 3 || st.Skipped != 3 || !st.Breaker || st.Open != 0 {
-		t.Fatalf("stats %+v: want 5 fallbacks, 3 failed dials opening the breaker, 3 checks skipped, no connection", st)
+	if st.Fallbacks != 8 || st.Failures < 3 || st.Skipped < 3 || !st.Breaker || st.Open != 0 {
+		t.Fatalf("stats %+v: want 8 fallbacks, at least 3 failed dials opening the breaker, the last 3 checks skipped, no connection", st)
 	}
 }
 
@@ -248,27 +307,29 @@ func TestIdleConnectionsArePruned(t *testing.T) {
 	f := startFake(t, "+1 3 0 2000\r\n")
 	h := handlerOn(t, f.l.Addr().String(), nil)
 	c := h.be.client
-	waitIdle(t, c, 1) // New's warm-up connection
-	t0 := time.Now()
-	var conns []*rconn
-	for i := 0; i < 3; i++ {
-		cn, err := c.get(t0.Add(time.Second))
+	waitConns(t, c, 1) // New's warm-up connection
+	for i := 0; i < 2; i++ {
+		cn, err := c.dialSafe()
 		if err != nil {
-			t.Fatalf("get %d: %v", i, err)
+			t.Fatal(err)
 		}
-		conns = append(conns, cn)
+		c.mu.Lock()
+		c.conns = append(c.conns, cn)
+		c.mu.Unlock()
 	}
-	// Two connections idle since t0, the most recent one used a minute later.
-	c.put(conns[0], t0)
-	c.put(conns[1], t0)
-	c.put(conns[2], t0.Add(idleTimeout))
+	// All three unused since 0; a minute later only the first stays.
+	var now int64
+	c.mono = func() int64 { return now }
+	for _, cn := range c.conns {
+		atomic.StoreInt64(&cn.used, 0)
+	}
+	now = int64(idleTimeout) + c.lastPrune + 1
 	d := make([]int64, 4)
-	at := t0.Add(idleTimeout + time.Millisecond)
-	if err := c.check(h.top.cmd, "tg{0123456789}", d, at, at.UnixNano(), time.Second); err != nil {
+	if err := c.check(h.top.cmd, "tg{0123456789}", d, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if c.open != 1 || len(c.idle) != 1 || c.idle[0] != conns[2] {
-		t.Fatalf("after a check a minute later: %d open, %d idle; want the 2 stale ones closed", c.open, len(c.idle))
+	if n := c.openConns(); n != 1 {
+		t.Fatalf("after a check a minute later: %d open, want the 2 idle ones closed", n)
 	}
 }
 
@@ -317,36 +378,52 @@ func TestDecisionHeader(t *testing.T) {
 func TestNewWarmsThePool(t *testing.T) {
 	f := startFake(t, "+1 3 0 2000\r\n")
 	h := handlerOn(t, f.l.Addr().String(), nil)
-	waitIdle(t, h.be.client, 1)
+	waitConns(t, h.be.client, 1)
 	if n := atomic.LoadInt64(&f.evals); n != 0 {
 		t.Fatalf("%d checks before any request", n)
 	}
 }
 
-func TestSlowDialIsNotWasted(t *testing.T) {
-	// The dial takes 300 ms, the check's budget is 20 ms: the check falls
-	// back, and the connection dialled for it serves the next check.
+func TestFirstChecksWaitForTheWarmUpDial(t *testing.T) {
+	// The dial takes 150 ms, the check's budget is 5 ms: a burst that
+	// arrives before the pool's first connection waits for it and is
+	// decided by Redis, on one connection, not by the local fallback.
 	f := startFake(t, "+1 3 0 2000\r\n")
+	atomic.StoreInt64(&f.setName, time.Now().Add(150*time.Millisecond).UnixNano())
+	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Timeout = "5ms" })
+	var wg sync.WaitGroup
+	for i := 0; i < 50; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			serve(h, fmt.Sprint(t.Name(), i))
+		}(i)
+	}
+	wg.Wait()
+	if st := h.be.stats(); st.Fallbacks != 0 || st.Failures != 0 || atomic.LoadInt64(&f.evals) != 50 {
+		t.Fatalf("stats %+v, %d evals: want 50 checks answered by Redis", st, f.evals)
+	}
+}
+
+func TestBurstNeverWaitsForADial(t *testing.T) {
+	// Once one connection is open, a burst far above the pool shares it
+	// (and the ones dialled meanwhile, up to poolSize) instead of waiting
+	// for dials: every dial after the first takes 10 s here.
+	f := startFake(t, "+1 3 0 2000\r\n")
+	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Timeout = "200ms"; c.Redis.PoolSize = 4 })
+	waitConns(t, h.be.client, 1)
 	atomic.StoreInt64(&f.setName, time.Now().Add(10*time.Second).UnixNano())
-	h := handlerOn(t, f.l.Addr().String(), func(c *Config) {
-		c.Redis.Timeout, c.Redis.BreakerThreshold, c.Redis.PoolSize = "20ms", 1, 2
-	})
-	// New's warm-up dial hangs (10 s); once its handshake has reached the
-	// server, the next dial takes 300 ms.
-	for atomic.LoadInt64(&f.names) == 0 {
-		time.Sleep(100 * time.Microsecond)
+	var wg sync.WaitGroup
+	for i := 0; i < 300; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			serve(h, fmt.Sprint(t.Name(), i))
+		}(i)
 	}
-	atomic.StoreInt64(&f.setName, time.Now().Add(300*time.Millisecond).UnixNano())
-	start := time.Now()
-	if serve(h, t.Name()); h.be.stats().Fallbacks != 1 || h.be.stats().Breaker {
-		t.Fatalf("stats %+v: want the first check to fall back, without opening the breaker (a pending dial is not a sick Redis)", h.be.stats())
-	}
-	if el := time.Since(start); el > 200*time.Millisecond {
-		t.Fatalf("the first check took %v, its budget is 20 ms", el)
-	}
-	time.Sleep(400 * time.Millisecond)
-	if rec := serve(h, t.Name()); rec.Code != 200 || h.be.stats().Fallbacks != 1 || atomic.LoadInt64(&f.evals) != 1 {
-		t.Fatalf("second check: %d, stats %+v, %d evals; want it answered by Redis", rec.Code, h.be.stats(), f.evals)
+	wg.Wait()
+	if st := h.be.stats(); st.Fallbacks != 0 || atomic.LoadInt64(&f.evals) != 300 || st.Open != 1 {
+		t.Fatalf("stats %+v, %d evals: want 300 checks answered by Redis on the one open connection", st, f.evals)
 	}
 }
 
@@ -361,19 +438,17 @@ func TestRefusedDialFailsFast(t *testing.T) {
 	}
 }
 
-// waitIdle waits until c pools n idle connections.
-func waitIdle(t *testing.T, c *redisClient, n int) {
+// waitConns waits until c has n connections open.
+func waitConns(t *testing.T, c *redisClient, n int) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		c.mu.Lock()
-		idle := len(c.idle)
-		c.mu.Unlock()
-		if idle == n {
+		open := c.openConns()
+		if open == n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d idle connections, want %d", idle, n)
+			t.Fatalf("%d connections open, want %d", open, n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -386,82 +461,96 @@ func TestLateReplyIsTaken(t *testing.T) {
 	f := startFake(t, "+1 3 0 2000\r\n")
 	h := handlerOn(t, f.l.Addr().String(), nil)
 	c := h.be.client
-	waitIdle(t, c, 1)
-	cn, err := c.get(time.Now().Add(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitConns(t, c, 1)
+	cn := c.conns[0]
 	key := "tg{0123456789}"
-	// Send the call, let the reply arrive, then exchange under a deadline
-	// already past: only the late look can see the reply.
 	if _, err := cn.nc.Write(h.top.cmd.appendCall(nil, h.top.cmd.shaHead, key)); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	if _, err := cn.br.ReadSlice('\n'); err != nil { // that reply, consumed
-		t.Fatal(err)
-	}
-	if _, err := cn.nc.Write(h.top.cmd.appendCall(nil, h.top.cmd.shaHead, key)); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(20 * time.Millisecond)
-	_ = cn.nc.SetDeadline(time.Now().Add(-time.Second))
-	line, err := cn.br.ReadSlice('\n')
-	if err == nil {
-		t.Fatalf("read past the deadline succeeded (%q): the test does not reproduce a late read", line)
-	}
-	if line, err = lateRead(cn, err); err != nil || string(line) != "+1 3 0 2000\r\n" {
-		t.Fatalf("late read: %q, %v; want the reply", line, err)
+	line, err := cn.readLine(time.Now().Add(-time.Second))
+	if err != nil || string(line) != "+1 3 0 2000\r\n" {
+		t.Fatalf("read past the deadline of a reply received in time: %q, %v; want the reply", line, err)
 	}
 	// With nothing received, the late look times out quickly.
-	_ = cn.nc.SetDeadline(time.Now().Add(-time.Second))
-	_, err = cn.br.ReadSlice('\n')
 	start := time.Now()
-	if _, err = lateRead(cn, err); err == nil || time.Since(start) > 100*time.Millisecond {
+	if _, err = cn.readLine(time.Now().Add(-time.Second)); err == nil || !isTimeout(err) || time.Since(start) > 100*time.Millisecond {
 		t.Fatalf("late read with no reply: %v after %v", err, time.Since(start))
 	}
 }
 
-func TestLateWriteDoesNotCountAgainstRedis(t *testing.T) {
-	// A check whose deadline passed before it wrote (the pod was busy)
-	// falls back without counting toward the breaker.
+func TestFrozenRedisTimesOutAndDropsTheConnection(t *testing.T) {
+	// A server that stops answering: checks fail at their deadline (and
+	// count against Redis); a connection that owes replies staleAfter past
+	// their deadline is closed.
 	f := startFake(t, "+1 3 0 2000\r\n")
-	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.BreakerThreshold = 1 })
+	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Timeout = "20ms" })
 	c := h.be.client
-	waitIdle(t, c, 1)
-	d := make([]int64, 4)
-	past := time.Now().Add(-time.Second)
-	err := c.check(h.top.cmd, "tg{0123456789}", d, past, past.UnixNano(), time.Millisecond)
-	if err != errLate {
-		t.Fatalf("check past its deadline: %v, want errLate", err)
+	waitConns(t, c, 1)
+	f.freeze()
+	start := time.Now()
+	serve(h, t.Name())
+	if el := time.Since(start); el > 200*time.Millisecond || h.be.stats().Failures != 1 {
+		t.Fatalf("frozen: %v, stats %+v; want one failure after about 20 ms", el, h.be.stats())
 	}
-	h.be.failed(time.Now().UnixNano(), err, &h.set.redis)
-	if h.be.stats().Breaker || atomic.LoadInt64(&f.evals) != 0 || len(c.idle) != 1 {
-		t.Fatalf("stats %+v, %d evals, %d idle: want no call, a closed breaker and the connection kept", h.be.stats(), f.evals, len(c.idle))
+	time.Sleep(staleAfter + 20*time.Millisecond)
+	serve(h, t.Name())
+	if st := h.be.stats(); st.Failures != 2 || c.openConns() != 0 {
+		t.Fatalf("stats %+v, %d open: want the stale connection closed", st, c.openConns())
 	}
-	h.be.failed(time.Now().UnixNano(), errBadReply, &h.set.redis)
-	if !h.be.stats().Breaker {
-		t.Fatal("a bad reply did not count (threshold 1)")
+	// No connection, the last one went silent: the next check does not
+	// wait for a dial (a frozen Redis would hold it for the dial budget).
+	start = time.Now()
+	serve(h, t.Name())
+	if el := time.Since(start); el > 100*time.Millisecond {
+		t.Fatalf("a check with no connection after a silent one waited %v", el)
 	}
 }
 
-func TestOverdueDialFailsFast(t *testing.T) {
-	// Handshakes take 300 ms; the budget is 20 ms. The first check waits
-	// for its dial and falls back; once that dial is older than a whole
-	// check, the next ones fall back at once instead of waiting too.
+func TestFailedWriteDropsTheConnection(t *testing.T) {
+	// Over TLS a write error is permanent (crypto/tls): a check whose
+	// write failed (here its deadline had passed: a starved pod) must not
+	// leave the connection pooled, or every later check on it would fail.
+	f := startFakeTLS(t, "+1 3 0 2000\r\n")
+	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.TLS.InsecureSkipVerify = true; c.Redis.BreakerThreshold = 100 })
+	c := h.be.client
+	waitConns(t, c, 1)
+	c.now = func() time.Time { return time.Now().Add(-time.Second) }
+	serve(h, t.Name())
+	c.now = time.Now
+	if st := h.be.stats(); st.Fallbacks != 1 {
+		t.Fatalf("stats %+v: the write past its deadline did not fail", st)
+	}
+	for i := 0; i < 20; i++ {
+		serve(h, fmt.Sprint(t.Name(), i))
+	}
+	if st := h.be.stats(); st.Fallbacks != 1 || atomic.LoadInt64(&f.evals) != 20 {
+		t.Fatalf("stats %+v, %d evals: want the 20 checks after the failed write answered by Redis", st, f.evals)
+	}
+}
+
+func TestBreakerProbesWithoutTraffic(t *testing.T) {
+	// Redis goes away, the breaker opens; Redis returns and, with no
+	// request at all, the breaker closes within probeInterval: the very
+	// first request after is decided by Redis.
 	f := startFake(t, "+1 3 0 2000\r\n")
-	atomic.StoreInt64(&f.setName, time.Now().Add(10*time.Second).UnixNano()) // New's warm-up dial hangs
-	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Timeout = "20ms" })
-	time.Sleep(30 * time.Millisecond) // the warm-up dial is now overdue
-	start := time.Now()
+	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.ProbeInterval = "100ms"; c.Redis.BreakerThreshold = 2 })
+	waitConns(t, h.be.client, 1)
+	f.down(true)
 	for i := 0; i < 5; i++ {
 		serve(h, t.Name())
 	}
-	if el := time.Since(start); el > 20*time.Millisecond || h.be.stats().Fallbacks != 5 {
-		t.Fatalf("5 checks while a dial is overdue took %v (stats %+v); want immediate fallbacks", el, h.be.stats())
+	if !h.be.stats().Breaker {
+		t.Fatalf("stats %+v: want the breaker open", h.be.stats())
 	}
-	if st := h.be.stats(); st.Breaker || st.Failures != 0 {
-		t.Fatalf("stats %+v: the waiting checks must not count against Redis", st)
+	f.down(false)
+	time.Sleep(350 * time.Millisecond)
+	if st := h.be.stats(); st.Breaker {
+		t.Fatalf("stats %+v: the breaker did not probe by itself", st)
+	}
+	evals := atomic.LoadInt64(&f.evals)
+	if serve(h, t.Name()); atomic.LoadInt64(&f.evals) != evals+1 || h.be.stats().Fallbacks != 5 {
+		t.Fatalf("first request after Redis returned: stats %+v; want it decided by Redis", h.be.stats())
 	}
 }
 

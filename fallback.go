@@ -45,7 +45,8 @@ const breakerWindow = int64(time.Second)
 // atomically, and the window's counts are approximate under contention (a
 // roll may lose a few). Its thresholds come from each caller's settings, so
 // middlewares configured differently share the breaker's state but apply
-// their own breakerThreshold and probeInterval. Times are Unix ns.
+// their own breakerThreshold and probeInterval. Times are monotonic ns
+// (clock.go).
 type breaker struct {
 	nextProbe int64 // 0 while closed; while open, the earliest next probe
 	window    int64 // start of the current window
@@ -82,14 +83,12 @@ func (b *breaker) success(now int64) {
 
 // failure counts a failed call; when the window holds threshold failures
 // that are at least half its checks, the breaker opens and schedules the
-// first probe.
-func (b *breaker) failure(now, threshold, interval int64) {
+// first probe. It reports whether this call opened it.
+func (b *breaker) failure(now, threshold, interval int64) bool {
 	b.roll(now)
 	c := atomic.AddInt64(&b.checks, 1)
 	f := atomic.AddInt64(&b.failures, 1)
-	if f >= threshold && 2*f >= c {
-		atomic.CompareAndSwapInt64(&b.nextProbe, 0, now+interval)
-	}
+	return f >= threshold && 2*f >= c && atomic.CompareAndSwapInt64(&b.nextProbe, 0, now+interval)
 }
 
 // probeSoon lets the next check through as a probe, when open: the

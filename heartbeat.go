@@ -48,15 +48,26 @@ type heartbeat struct {
 	ttlMS int64  // 3 heartbeats, ms, from the latest caller's settings
 	due   int32  // 1: asked for, not yet sent
 	seen  int64  // pods counted by the last heartbeat that succeeded; 0: none yet
+	first int64  // monotonic ns of the first heartbeat that counted; 0: none yet
 }
 
-// replicasSeen is the divisor of the local fallback: the pods last counted
-// by hb, or floor when none were (or the heartbeat is off: hb nil).
-func replicasSeen(hb *heartbeat, floor int64) int64 {
-	if hb != nil {
-		if n := atomic.LoadInt64(&hb.seen); n > 0 {
-			return n
-		}
+// replicasSeen is the divisor of the local fallback at now (monotonic
+// ns): the pods last counted by hb once this pod has watched a full window
+// of heartbeats (3: until then pods that started with it may not have
+// beaten yet, and a count of 1 would hand this pod the whole limit), the
+// larger of that count and floor (Replicas) before, and floor with the
+// heartbeat off (hb nil).
+func replicasSeen(hb *heartbeat, floor, now int64) int64 {
+	if hb == nil {
+		return floor
+	}
+	n := atomic.LoadInt64(&hb.seen)
+	first := atomic.LoadInt64(&hb.first)
+	if n > 0 && now-first >= atomic.LoadInt64(&hb.ttlMS)*int64(time.Millisecond) {
+		return n
+	}
+	if n > floor {
+		return n
 	}
 	return floor
 }
@@ -177,21 +188,30 @@ func (b *backend) anyDue() bool {
 // replies are small integers. (A script would show up among the bucket
 // checks in INFO commandstats.) Failures are left to the checks to notice;
 // the counts keep their last values.
+//
+// They run on a connection of their own (side), dialled on first use and
+// kept: the pool's connections carry only status-line replies (wire.go).
 func (c *redisClient) heartbeat(batch []*heartbeat) {
-	deadline := c.now().Add(c.dialTimeout)
-	cn, err := c.get(deadline)
-	if err != nil {
-		return
+	c.sideMu.Lock()
+	defer c.sideMu.Unlock()
+	if c.side == nil {
+		cn, err := c.dialSafe()
+		if err != nil {
+			return
+		}
+		c.side = cn
 	}
-	if err = beatOn(cn, batch, deadline); err != nil {
-		c.discard(cn)
-		return
+	if err := beatOn(c.side, batch, c.now().Add(c.dialTimeout), c.mono()); err != nil {
+		c.side.mu.Lock()
+		c.side.kill(err)
+		c.side.mu.Unlock()
+		c.side = nil
 	}
-	c.put(cn, c.now())
 }
 
-// beatOn runs the heartbeats of batch on cn.
-func beatOn(cn *rconn, batch []*heartbeat, deadline time.Time) error {
+// beatOn runs the heartbeats of batch on cn; now (monotonic ns) dates a
+// class's first count.
+func beatOn(cn *rconn, batch []*heartbeat, deadline time.Time, now int64) error {
 	if err := cn.nc.SetDeadline(deadline); err != nil {
 		return err
 	}
@@ -202,12 +222,12 @@ func beatOn(cn *rconn, batch []*heartbeat, deadline time.Time) error {
 	if err != nil {
 		return err
 	}
-	now := us / 1000
+	ms := us / 1000
 	var b []byte
 	for _, hb := range batch {
 		ttlMS := atomic.LoadInt64(&hb.ttlMS)
-		b = appendCommand(b, "ZADD", hb.key, strconv.FormatInt(now, 10), instanceID)
-		b = appendCommand(b, "ZREMRANGEBYSCORE", hb.key, "-inf", strconv.FormatInt(now-ttlMS, 10))
+		b = appendCommand(b, "ZADD", hb.key, strconv.FormatInt(ms, 10), instanceID)
+		b = appendCommand(b, "ZREMRANGEBYSCORE", hb.key, "-inf", strconv.FormatInt(ms-ttlMS, 10))
 		b = appendCommand(b, "PEXPIRE", hb.key, strconv.FormatInt(ttlMS, 10))
 		b = appendCommand(b, "ZCARD", hb.key)
 	}
@@ -223,6 +243,7 @@ func beatOn(cn *rconn, batch []*heartbeat, deadline time.Time) error {
 		}
 		if n > 0 {
 			atomic.StoreInt64(&hb.seen, n)
+			atomic.CompareAndSwapInt64(&hb.first, 0, now)
 		}
 	}
 	return nil

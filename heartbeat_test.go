@@ -11,12 +11,12 @@ import (
 func TestHeartbeatRidesOnChecks(t *testing.T) {
 	f := startFake(t, "+1 4 0 1000\r\n")
 	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Heartbeat = "150ms" })
-	if got := replicasSeen(h.hb, h.set.replicas); got != 1 {
+	if got := replicasSeen(h.hb, h.set.replicas, monotonic()); got != 1 {
 		t.Fatalf("before any heartbeat the fallback divides by %d, want replicas (1)", got)
 	}
 	serve(h, t.Name())
 	waitFor(t, func() bool { return atomic.LoadInt64(&f.beats) == 1 }, "the first check's heartbeat")
-	waitFor(t, func() bool { return replicasSeen(h.hb, h.set.replicas) == 3 }, "the count (3) to be kept")
+	waitFor(t, func() bool { return replicasSeen(h.hb, h.set.replicas, monotonic()) == 3 }, "the count (3) to be kept")
 	serve(h, t.Name()) // not due yet
 	time.Sleep(50 * time.Millisecond)
 	if n := atomic.LoadInt64(&f.beats); n != 1 {
@@ -25,7 +25,7 @@ func TestHeartbeatRidesOnChecks(t *testing.T) {
 	time.Sleep(150 * time.Millisecond)
 	serve(h, t.Name())
 	waitFor(t, func() bool { return atomic.LoadInt64(&f.beats) == 2 }, "a heartbeat once due")
-	if l := h.set.top.localShare(replicasSeen(h.hb, h.set.replicas)); l.burst != 1 {
+	if l := h.set.top.localShare(replicasSeen(h.hb, h.set.replicas, monotonic())); l.burst != 1 {
 		t.Fatalf("local share with 3 pods: burst %v, want 5/3 -> 1", l.burst)
 	}
 }
@@ -35,8 +35,8 @@ func TestHeartbeatOff(t *testing.T) {
 	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Heartbeat = "0"; c.Replicas = 2 })
 	serve(h, t.Name())
 	time.Sleep(50 * time.Millisecond)
-	if n := atomic.LoadInt64(&f.beats); n != 0 || h.hb != nil || replicasSeen(h.hb, h.set.replicas) != 2 {
-		t.Fatalf("heartbeat off: %d heartbeats, divisor %d; want none and replicas (2)", n, replicasSeen(h.hb, h.set.replicas))
+	if n := atomic.LoadInt64(&f.beats); n != 0 || h.hb != nil || replicasSeen(h.hb, h.set.replicas, monotonic()) != 2 {
+		t.Fatalf("heartbeat off: %d heartbeats, divisor %d; want none and replicas (2)", n, replicasSeen(h.hb, h.set.replicas, monotonic()))
 	}
 }
 

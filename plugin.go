@@ -22,7 +22,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Tollgate is the middleware handler built by New.
@@ -79,7 +78,7 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 		return nil, fmt.Errorf("tollgate %s: %w", name, err)
 	}
 	if set.redis.heartbeatNS > 0 {
-		t.hb = t.be.heartbeatFor(set.class, time.Now().UnixNano())
+		t.hb = t.be.heartbeatFor(set.class, t.be.now())
 	}
 	if set.top != nil {
 		t.top = newPolicySet([]*policy{set.top}, set.keyLen)
@@ -271,6 +270,6 @@ func (t *Tollgate) fallback(set *policySet, key string, d []int64) int {
 	for i, p := range set.ps {
 		keys[i] = key + p.keySuffix
 	}
-	t.local.take(keys, set.localShares(replicasSeen(t.hb, t.set.replicas)), d)
+	t.local.take(keys, set.localShares(replicasSeen(t.hb, t.set.replicas, t.be.now())), d)
 	return decidedLocal
 }

@@ -38,9 +38,20 @@ func FuzzExchangeReply(f *testing.F) {
 				}
 			}
 		}()
-		cn := &rconn{nc: client, br: bufio.NewReaderSize(client, 512)}
+		cn := newConn(client)
+		cl := newCall()
 		d := make([]int64, 4)
-		if err := exchange(cn, cmd, "tg{0123456789}", d, time.Now().Add(100*time.Millisecond), false); err == nil {
+		err := cn.send(nil, cl, nil, cmd, cmd.shaHead, "tg{0123456789}", 100*time.Millisecond, time.Now)
+		if err == nil {
+			cn.mu.Lock()
+			cn.await(cl)
+			cn.mu.Unlock()
+			err = cl.err
+		}
+		if err == nil {
+			err = decode(cl.line, d)
+		}
+		if err == nil {
 			if d[0] < 0 || d[0] > 1 || d[1] < 0 || d[2] < 0 || d[3] < 0 || (d[0] == 0 && d[2] == 0) {
 				t.Fatalf("reply %q accepted as decision %v", reply, d)
 			}

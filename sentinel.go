@@ -44,7 +44,7 @@ func (b *backend) resolvePrimary() error {
 func (b *backend) setPrimary(addr string) {
 	b.topo.mu.Lock()
 	defer b.topo.mu.Unlock()
-	c := b.node(addr)
+	c := b.node(addr, true)
 	if c == nil || c == b.topo.primary {
 		return
 	}
@@ -78,11 +78,6 @@ func (b *backend) watchSentinels() {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-}
-
-// idleFor reports whether no check used the backend for d.
-func (b *backend) idleFor(d time.Duration) bool {
-	return b.now().UnixNano()-atomic.LoadInt64(&b.lastUsed) > int64(d)
 }
 
 // follow subscribes to +switch-master on the sentinel at addr and switches

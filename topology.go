@@ -65,6 +65,7 @@ type topology struct {
 	nodes   map[string]*redisClient // by address, every node in use
 	primary *redisClient            // sentinel: the current primary
 	slots   []*redisClient          // cluster: owner by slot; nil until known
+	extra   []string                // nodes named only by redirections, oldest first
 
 	refreshing  int32 // 1 while a refresh runs
 	lastRefresh int64 // Unix ns of the last refresh started
@@ -87,10 +88,22 @@ func (b *backend) route(key string) *redisClient {
 	return c
 }
 
+// maxExtraNodes bounds the nodes known only from MOVED or ASK replies
+// (not from CLUSTER SLOTS): past it the oldest is forgotten, so a refresh
+// that keeps failing while redirections name new addresses cannot grow
+// the pools without end.
+const maxExtraNodes = 16
+
 // node returns the client for addr, creating (and warming) it on first
-// use. Requires that b.topo.mu is held.
-func (b *backend) node(addr string) *redisClient {
+// use. learnt says the topology named it (CLUSTER SLOTS, the sentinels);
+// a node named only by a redirection is an extra, forgotten when more than
+// maxExtraNodes are held or when the next refresh does not name it.
+// Requires that b.topo.mu is held.
+func (b *backend) node(addr string, learnt bool) *redisClient {
 	if c, ok := b.topo.nodes[addr]; ok {
+		if learnt {
+			b.topo.unmarkExtra(addr)
+		}
 		return c
 	}
 	set := b.base
@@ -101,13 +114,52 @@ func (b *backend) node(addr string) *redisClient {
 	}
 	c.onDialError = func(err error) { b.dialFailed(err) }
 	b.topo.nodes[addr] = c
+	if !learnt {
+		b.topo.extra = append(b.topo.extra, addr)
+		if len(b.topo.extra) > maxExtraNodes {
+			b.topo.forgetNode(b.topo.extra[0])
+			b.topo.extra = b.topo.extra[1:]
+		}
+	}
 	c.warm()
 	return c
+}
+
+// unmarkExtra makes addr a learnt node. Requires t.mu held.
+func (t *topology) unmarkExtra(addr string) {
+	for i, a := range t.extra {
+		if a == addr {
+			t.extra = append(t.extra[:i], t.extra[i+1:]...)
+			return
+		}
+	}
+}
+
+// forgetNode closes addr's idle connections and forgets it, with the
+// slots it owned (their checks fall back until the next refresh).
+// Requires t.mu held.
+func (t *topology) forgetNode(addr string) {
+	c := t.nodes[addr]
+	if c == nil {
+		return
+	}
+	c.closeIdle()
+	delete(t.nodes, addr)
+	for i, o := range t.slots {
+		if o == c {
+			t.slots[i] = nil
+		}
+	}
+	if t.primary == c {
+		t.primary = nil
+	}
 }
 
 // forget closes the idle connections of nodes no longer in use (keep), and
 // forgets them. Requires that b.topo.mu is held.
 func (b *backend) forget(keep map[*redisClient]bool) {
+	b.topo.extra = nil
+
 	for addr, c := range b.topo.nodes {
 		if !keep[c] {
 			c.closeIdle()
@@ -118,7 +170,7 @@ func (b *backend) forget(keep map[*redisClient]bool) {
 
 // topologyCheck is backend.check's path for sentinel and cluster modes:
 // the check on the key's node, following one redirection.
-func (b *backend) topologyCheck(cmd *command, key string, d []int64, now time.Time, ns int64, o *redisSettings) error {
+func (b *backend) topologyCheck(cmd *command, key string, d []int64, o *redisSettings) error {
 	if b.base.mode == modeSentinel && atomic.LoadInt32(&b.topo.watching) == 0 {
 		b.watch()
 	}
@@ -127,47 +179,78 @@ func (b *backend) topologyCheck(cmd *command, key string, d []int64, now time.Ti
 		b.refresh()
 		return errNoRoute
 	}
-	err := c.check(cmd, key, d, now, ns, o.timeout)
-	if err == nil || !errors.Is(err, errRedirect) {
+	cl, err := c.call(cmd, key, o.timeout)
+	if err == errRedirect {
+		return b.redirected(cmd, key, d, cl.line, o)
+	}
+	if err != nil {
 		return err
 	}
-	// "MOVED 3999 127.0.0.1:6381" or "ASK 3999 127.0.0.1:6381"
-	f := strings.Fields(strings.TrimPrefix(err.Error(), errRedirect.Error()+": "))
-	if len(f) != 3 {
-		return err
-	}
-	slot, perr := strconv.Atoi(f[1])
-	if perr != nil || slot < 0 || slot >= clusterSlots {
-		return err
+	return decode(cl.line, d)
+}
+
+// redirected follows a MOVED or ASK reply once: MOVED updates the slot at
+// once (and asks for a refresh), ASK runs the check after ASKING without
+// updating the map.
+func (b *backend) redirected(cmd *command, key string, d []int64, line []byte, o *redisSettings) error {
+	isAsk, slot, addr, ok := parseRedirect(line)
+	if !ok {
+		return errBadReply
 	}
 	b.topo.mu.Lock()
-	target := b.node(f[2])
-	if f[0] == "MOVED" && target != nil && b.topo.slots != nil {
+	target := b.node(addr, false)
+	if !isAsk && target != nil && b.topo.slots != nil {
 		b.topo.slots[slot] = target
 	}
 	b.topo.mu.Unlock()
 	if target == nil {
-		return err
+		b.refresh()
+		return errRedirect
 	}
-	deadline := now.Add(o.timeout)
-	if f[0] == "ASK" {
-		return target.checkAsking(cmd, key, d, deadline)
+	if isAsk {
+		return target.checkAsking(cmd, key, d, o.timeout)
 	}
 	b.refresh()
-	return target.check(cmd, key, d, b.now(), b.now().UnixNano(), time.Until(deadline))
+	return target.check(cmd, key, d, o.timeout)
+}
+
+// parseRedirect parses "-MOVED 3999 127.0.0.1:6381\r\n" or "-ASK ...":
+// whether it is ASK, the slot, and the node's address.
+func parseRedirect(line []byte) (isAsk bool, slot int, addr string, ok bool) {
+	f := strings.Fields(string(line[1:]))
+	if len(f) != 3 || (f[0] != "MOVED" && f[0] != "ASK") {
+		return false, 0, "", false
+	}
+	slot, err := strconv.Atoi(f[1])
+	if err != nil || slot < 0 || slot >= clusterSlots {
+		return false, 0, "", false
+	}
+	if _, port, err := net.SplitHostPort(f[2]); err != nil || port == "" {
+		return false, 0, "", false
+	}
+	return f[0] == "ASK", slot, f[2], true
 }
 
 // refresh starts a topology refresh unless one runs or one started less
 // than minRefresh ago.
 func (b *backend) refresh() {
 	t := &b.topo
-	ns := b.now().UnixNano()
+	ns := b.now()
 	last := atomic.LoadInt64(&t.lastRefresh)
 	if ns-last < int64(minRefresh) || !atomic.CompareAndSwapInt32(&t.refreshing, 0, 1) {
 		return
 	}
 	atomic.StoreInt64(&t.lastRefresh, ns)
 	go b.refreshNow()
+}
+
+// refreshSync learns the topology now, unless a refresh runs (the
+// prober's, off the request's clock).
+func (b *backend) refreshSync() {
+	if atomic.CompareAndSwapInt32(&b.topo.refreshing, 0, 1) {
+		atomic.StoreInt64(&b.topo.lastRefresh, b.now())
+		b.refreshNow()
+	}
 }
 
 // refreshNow learns the topology (a goroutine of its own: see refresh).
@@ -185,36 +268,27 @@ func (b *backend) refreshNow() {
 		err = b.loadSlots()
 	}
 	if err != nil {
-		b.logFailure(b.now().UnixNano(), err, &b.base)
+		b.logFailure(b.now(), err, &b.base)
 	}
 }
 
 // checkAsking runs a check on this node after ASKING (a slot being
-// migrated to it), within deadline. ASKING holds for one command only, so
-// the call is EVAL (a NOSCRIPT answer could not be followed by EVAL
-// without asking again).
-func (c *redisClient) checkAsking(cmd *command, key string, d []int64, deadline time.Time) error {
-	return c.exchangeFresh(cmd, key, d, deadline, true)
-}
-
-var askingCmd = []byte("*1\r\n$6\r\nASKING\r\n")
-
-// sendAsking writes ASKING and the EVAL call in one write and reads
-// ASKING's +OK.
-func sendAsking(cn *rconn, cmd *command, key string) error {
-	cn.buf = cmd.appendCall(append(cn.buf[:0], askingCmd...), cmd.evalHead, key)
-	if _, err := cn.nc.Write(cn.buf); err != nil {
-		return err
-	}
-	line, err := readLine(cn.br)
+// migrated to it). ASKING holds for one command only, so the call is EVAL
+// (a NOSCRIPT answer could not be followed by EVAL without asking again);
+// ASKING and EVAL go in one write.
+func (c *redisClient) checkAsking(cmd *command, key string, d []int64, timeout time.Duration) error {
+	pre := newCall()
+	cl, err := c.roundTrip(pre, askingCmd, cmd, cmd.evalHead, key, timeout)
 	if err != nil {
 		return err
 	}
-	if string(line) != "+OK" {
+	if string(pre.line) != "+OK\r\n" {
 		return errBadReply
 	}
-	return nil
+	return decode(cl.line, d)
 }
+
+var askingCmd = []byte("*1\r\n$6\r\nASKING\r\n")
 
 // adminDo runs one command on a fresh connection to addr (user and
 // password for AUTH), for topology queries; the connection is closed.
@@ -232,7 +306,7 @@ func (b *backend) adminDo(addr, user, pass string, db int64, cmd string, args ..
 // address: b.tlsConf names no server) and the given credentials; got
 // receives the raw connection.
 func (b *backend) adminConn(addr, user, pass string, db int64, got func(net.Conn)) (redis.Conn, error) {
-	deadline := b.now().Add(dialTimeoutFor(b.base.timeout))
+	deadline := time.Now().Add(dialTimeoutFor(b.base.timeout))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	return redis.DialContext(ctx, "tcp", addr, dialOptions(b.tlsConf, deadline, user, pass, db, got)...)

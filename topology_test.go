@@ -46,7 +46,7 @@ func topologyBackend(t *testing.T, mode string, endpoints ...string) *backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &backend{base: s.redis, breaker: &breaker{}, now: time.Now, set: s.redis}
+	b := &backend{base: s.redis, breaker: &breaker{}, now: monotonic, set: s.redis}
 	b.topo.nodes = map[string]*redisClient{}
 	return b
 }
@@ -144,10 +144,10 @@ func TestRedirectsAreFollowedOnce(t *testing.T) {
 			be.topo.mu.Lock()
 			be.topo.slots = make([]*redisClient, clusterSlots)
 			for i := range be.topo.slots {
-				be.topo.slots[i] = be.node(aAddr)
+				be.topo.slots[i] = be.node(aAddr, true)
 			}
 			be.topo.mu.Unlock()
-			atomic.StoreInt64(&be.topo.lastRefresh, time.Now().Add(time.Hour).UnixNano()) // no refresh in this test
+			atomic.StoreInt64(&be.topo.lastRefresh, monotonic()+int64(time.Hour)) // no refresh in this test
 			set := newPolicySet([]*policy{mustPolicy(t)}, 14)
 			d := make([]int64, 4)
 			for i := 0; i < 2; i++ {
@@ -183,7 +183,7 @@ func TestSentinelWatcherFollowsSwitchMaster(t *testing.T) {
 			"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$" + fmt.Sprint(len(msg)) + "\r\n" + msg + "\r\n",
 	})
 	b := topologyBackend(t, "sentinel", addr)
-	atomic.StoreInt64(&b.lastUsed, time.Now().UnixNano())
+	atomic.StoreInt64(&b.lastUsed, monotonic())
 	b.watch()
 	waitFor(t, func() bool {
 		b.topo.mu.Lock()
@@ -191,6 +191,58 @@ func TestSentinelWatcherFollowsSwitchMaster(t *testing.T) {
 		return b.topo.primary != nil && b.topo.primary.set.addr == "127.0.0.1:6380"
 	}, "the watcher to switch to the announced primary")
 	// Idle backends stop their watcher.
-	atomic.StoreInt64(&b.lastUsed, time.Now().Add(-2*watchIdle).UnixNano())
+	atomic.StoreInt64(&b.lastUsed, monotonic()-2*int64(watchIdle))
 	waitFor(t, func() bool { return atomic.LoadInt32(&b.topo.watching) == 0 }, "the watcher to end once the backend is idle")
+}
+
+func TestRedirectedNodesAreBounded(t *testing.T) {
+	// Node A answers every check MOVED to a new address, and CLUSTER
+	// SLOTS fails: the nodes known only from redirections stay at most
+	// maxExtraNodes, their pools closed.
+	seq := int64(0)
+	a := startFakeWith(t, "", map[string]string{"CLUSTER": "-ERR cluster is down\r\n"})
+	aAddr := a.l.Addr().String()
+	be := topologyBackend(t, "cluster", aAddr)
+	be.topo.mu.Lock()
+	be.topo.slots = make([]*redisClient, clusterSlots)
+	for i := range be.topo.slots {
+		be.topo.slots[i] = be.node(aAddr, true)
+	}
+	be.topo.mu.Unlock()
+	set := newPolicySet([]*policy{mustPolicy(t)}, 14)
+	d := make([]int64, 4)
+	for i := 0; i < 3*maxExtraNodes; i++ {
+		seq++
+		line := []byte(fmt.Sprintf("-MOVED %d 127.0.0.1:%d\r\n", keySlot("tg{0123456789}"), 1+seq))
+		_ = be.redirected(set.cmd, "tg{0123456789}", d, line, &be.set)
+		be.topo.mu.Lock()
+		n := len(be.topo.nodes)
+		be.topo.mu.Unlock()
+		if n > 1+maxExtraNodes {
+			t.Fatalf("after %d redirections to new nodes: %d nodes, want at most %d", i+1, n, 1+maxExtraNodes)
+		}
+	}
+}
+
+func TestParseRedirect(t *testing.T) {
+	for _, tc := range []struct {
+		line  string
+		ask   bool
+		slot  int
+		addr  string
+		valid bool
+	}{
+		{line: "-MOVED 3999 127.0.0.1:6381\r\n", slot: 3999, addr: "127.0.0.1:6381", valid: true},
+		{line: "-ASK 1 [::1]:7000\r\n", ask: true, slot: 1, addr: "[::1]:7000", valid: true},
+		{line: "-MOVED 16384 127.0.0.1:6381\r\n"},
+		{line: "-MOVED -1 127.0.0.1:6381\r\n"},
+		{line: "-MOVED 1 nohost\r\n"},
+		{line: "-MOVED 1\r\n"},
+		{line: "-ERR 1 2\r\n"},
+	} {
+		ask, slot, addr, ok := parseRedirect([]byte(tc.line))
+		if ok != tc.valid || ok && (ask != tc.ask || slot != tc.slot || addr != tc.addr) {
+			t.Errorf("parseRedirect(%q) = %v %d %q %v; want %v %d %q %v", tc.line, ask, slot, addr, ok, tc.ask, tc.slot, tc.addr, tc.valid)
+		}
+	}
 }

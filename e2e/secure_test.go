@@ -27,7 +27,7 @@ func TestAuthUserPasswordFileAndDatabase(t *testing.T) {
 	forEachKind(t, func(t *testing.T, e *env) {
 		// The minimal ACL the README documents, plus SELECT for db 3.
 		if _, err := e.redis.Do("ACL", "SETUSER", "limiter", "on", ">s3cret", "~tg{*", "resetchannels", "-@all",
-			"+evalsha", "+eval", "+get", "+set", "+time", "+client|setname",
+			"+evalsha", "+eval", "+script|load", "+get", "+set", "+time", "+client|setname",
 			"+zadd", "+zremrangebyscore", "+pexpire", "+zcard", "+select"); err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,266 @@
+package tollgate
+
+// A backend is one Redis deployment as the checks see it: where a check
+// goes (a pool, or the topology's pools), the circuit breaker in front of
+// it, and what is counted. Failure policy: fallback.go.
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// errBreakerOpen is a check not sent: the breaker is open.
+var errBreakerOpen = errors.New("tollgate: redis circuit breaker open")
+
+// backend is one Redis deployment (a server, a Sentinel-managed primary,
+// or a Cluster) with its pools, breaker and counters. Safe for concurrent
+// use; counters are updated atomically. Times are monotonic ns (clock.go).
+type backend struct {
+	client  *redisClient  // standalone: the server's pool; nil otherwise
+	topo    topology      // sentinel and cluster: the nodes (topology.go)
+	base    redisSettings // the first New's: its mode, endpoints and credentials make the backend
+	tlsConf *tls.Config   // sentinel and cluster with TLS: for topology queries, naming no server
+	breaker *breaker
+	now     func() int64 // monotonic
+
+	setMu sync.Mutex
+	set   redisSettings // the latest New's, for what runs outside a check (dials, probes)
+
+	beatsMu sync.Mutex
+	beats   map[string]*heartbeat // by class (heartbeat.go)
+	beating int32                 // 1 while beatLoop runs
+
+	probing int32 // 1 while probeLoop runs
+
+	lastUsed int64 // the last check
+	lastLog  int64 // the last failure logged
+
+	// counters (Redis counts the checks it answers: INFO commandstats)
+	failures  int64 // failures counted against Redis (errors, timeouts, failed dials)
+	skipped   int64 // checks not sent because the breaker was open
+	fallbacks int64 // requests decided by the local fallback
+	closed    int64 // requests refused with 503 (failureMode closed)
+}
+
+// check asks Redis, through the breaker, for decision d, with the caller's
+// timeout and breaker settings, and records the outcome. The
+// closed-breaker test is inlined; failures are handled by failed (the hot
+// path stays small, see Tollgate.ServeHTTP).
+//
+// hb, when not nil, is the caller's class heartbeat: a successful check
+// starts one when it is due (heartbeat.go).
+func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
+	ns := b.now()
+	atomic.StoreInt64(&b.lastUsed, ns)
+	if atomic.LoadInt64(&b.breaker.nextProbe) != 0 && !b.breaker.allow(ns, o.probeNS) {
+		b.skip()
+		return errBreakerOpen
+	}
+	var err error
+	if b.base.mode == modeStandalone {
+		err = b.client.check(cmd, key, d, o.timeout)
+	} else {
+		err = b.topologyCheck(cmd, key, d, o)
+	}
+	if err != nil {
+		b.failed(b.now(), err, o)
+	} else {
+		b.breaker.success(ns)
+		if hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
+			b.beat(hb, ns, o)
+		}
+	}
+	return err
+}
+
+// skip counts a check the open breaker did not send, and makes sure the
+// breaker probes by itself.
+func (b *backend) skip() {
+	atomic.AddInt64(&b.skipped, 1)
+	if b.base.mode != modeStandalone {
+		b.refresh() // a promoted replica lets the next probe through (topology.go)
+	}
+	b.startProber()
+}
+
+// podFault reports an error that says nothing about Redis's health but
+// about the pod's own state or knowledge: the check falls back without
+// counting against Redis.
+func podFault(err error) bool {
+	return err == errNoRoute || err == errQueueFull || err == errBreakerOpen
+}
+
+// failed records a failed check. A check without a connection because
+// dials fail (errDialFailed) counts like any other; the failed dial was
+// counted and logged, with its cause, by dialFailed.
+func (b *backend) failed(ns int64, err error, o *redisSettings) {
+	if b.base.mode != modeStandalone && err != errQueueFull {
+		b.refresh() // a node down, a failover, a slot moved
+	}
+	if !podFault(err) {
+		atomic.AddInt64(&b.failures, 1)
+		if b.breaker.failure(ns, o.breakerThreshold, o.probeNS) {
+			b.startProber()
+		}
+	}
+	if err != errDialFailed {
+		b.logFailure(ns, err, o)
+	}
+}
+
+// dialFailed counts a dial that failed outside any check (see dialAsync)
+// against Redis, with the latest New's breaker settings.
+func (b *backend) dialFailed(err error) {
+	set := b.latest()
+	ns := b.now()
+	atomic.AddInt64(&b.failures, 1)
+	if b.breaker.failure(ns, set.breakerThreshold, set.probeNS) {
+		b.startProber()
+	}
+	b.logFailure(ns, err, &set)
+	if b.base.mode != modeStandalone {
+		b.refresh()
+	}
+}
+
+// latest returns the latest New's settings.
+func (b *backend) latest() redisSettings {
+	b.setMu.Lock()
+	defer b.setMu.Unlock()
+	return b.set
+}
+
+func (b *backend) logFailure(now int64, err error, o *redisSettings) {
+	last := atomic.LoadInt64(&b.lastLog)
+	if last != 0 && now-last < o.probeNS || !atomic.CompareAndSwapInt64(&b.lastLog, last, now) {
+		return
+	}
+	state := "closed"
+	if b.breaker.isOpen() {
+		state = "open"
+	}
+	log.Printf("tollgate: redis %s unavailable, falling back to local limits (breaker %s, %d of the last second's %d checks failed, %d failures in all): %v",
+		b.describe(), state, atomic.LoadInt64(&b.breaker.failures), atomic.LoadInt64(&b.breaker.checks), atomic.LoadInt64(&b.failures), err)
+}
+
+// startProber starts probeLoop unless it runs.
+func (b *backend) startProber() {
+	if atomic.CompareAndSwapInt32(&b.probing, 0, 1) {
+		go b.probeLoop()
+	}
+}
+
+// probeLoop probes Redis while the breaker is open, every probeInterval,
+// without waiting for traffic: so the first request after Redis returns
+// is decided by Redis again. It ends when the breaker closes, or after
+// watchIdle without checks (the next check that finds the breaker open
+// starts it again). A panic (see dialSafe) ends it.
+func (b *backend) probeLoop() {
+	defer func() {
+		if r := recover(); r != nil {
+			log.Printf("tollgate: redis %s: probing: recovered from a panic: %v", b.describe(), r)
+		}
+		atomic.StoreInt32(&b.probing, 0)
+	}()
+	for !b.idleFor(watchIdle) {
+		next := atomic.LoadInt64(&b.breaker.nextProbe)
+		if next == 0 {
+			return
+		}
+		set := b.latest()
+		ns := b.now()
+		if ns < next {
+			time.Sleep(time.Duration(next - ns))
+			continue
+		}
+		if !b.breaker.allow(ns, set.probeNS) {
+			continue // a check took this probe
+		}
+		if err := b.probe(&set); err != nil {
+			b.logFailure(b.now(), fmt.Errorf("probing: %w", err), &set)
+			continue
+		}
+		b.breaker.success(b.now())
+		log.Printf("tollgate: redis %s answers again: breaker closed, global limits restored", b.describe())
+		return
+	}
+}
+
+// probe checks that Redis answers: PING on a fresh connection, within
+// the checks' timeout, on every node in use (the topology read first).
+func (b *backend) probe(o *redisSettings) error {
+	if b.base.mode != modeStandalone {
+		b.refreshSync()
+	}
+	cs := b.clients()
+	if len(cs) == 0 {
+		return errNoRoute
+	}
+	for _, c := range cs {
+		if err := c.probe(o.timeout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// idleFor reports whether no check used the backend for d.
+func (b *backend) idleFor(d time.Duration) bool {
+	return b.now()-atomic.LoadInt64(&b.lastUsed) > int64(d)
+}
+
+// backendStats are a backend's counters since the process started.
+type backendStats struct {
+	Failures  int64 // checks that failed (error or timeout)
+	Skipped   int64 // checks not sent: breaker open
+	Fallbacks int64 // requests decided by the local fallback
+	Closed    int64 // requests refused with 503 (failureMode closed)
+	Open      int   // connections open to Redis
+	Breaker   bool  // the breaker is open
+}
+
+// clients returns the pools of every node in use.
+func (b *backend) clients() []*redisClient {
+	if b.base.mode == modeStandalone {
+		return []*redisClient{b.client}
+	}
+	b.topo.mu.Lock()
+	defer b.topo.mu.Unlock()
+	var cs []*redisClient
+	for _, c := range b.topo.nodes {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// describe names the deployment in logs.
+func (b *backend) describe() string {
+	switch b.base.mode {
+	case modeSentinel:
+		return fmt.Sprintf("sentinel master %q (sentinels %s)", b.base.masterName, strings.Join(b.base.endpoints, ","))
+	case modeCluster:
+		return "cluster (seeds " + strings.Join(b.base.endpoints, ",") + ")"
+	}
+	return b.base.addr
+}
+
+func (b *backend) stats() backendStats {
+	open := 0
+	for _, c := range b.clients() {
+		open += c.openConns()
+	}
+	return backendStats{
+		Failures:  atomic.LoadInt64(&b.failures),
+		Skipped:   atomic.LoadInt64(&b.skipped),
+		Fallbacks: atomic.LoadInt64(&b.fallbacks),
+		Closed:    atomic.LoadInt64(&b.closed),
+		Open:      open,
+		Breaker:   b.breaker.isOpen(),
+	}
+}

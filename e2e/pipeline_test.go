@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// concurrently runs g goroutines of n requests each, each goroutine with its
+// own key, and counts the responses that are not 200 with the right r for
+// a burst of n (each reply must reach its own request).
+func concurrently(t *testing.T, h http.Handler, g, n int) int64 {
+	var bad int64
+	var wg sync.WaitGroup
+	for i := 0; i < g; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			key := fmt.Sprintf("%s-%d", uniqueKey(t), i)
+			for j := 0; j < n; j++ {
+				rec := do(h, "GET", "/", key)
+				if rec.Code != 200 || !strings.Contains(rec.Header().Get("RateLimit"), fmt.Sprintf(";r=%d;", n-1-j)) {
+					atomic.AddInt64(&bad, 1)
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	return bad
+}
+
+// commandsPerRead is Redis's EVALSHA calls per read event during f.
+func commandsPerRead(t *testing.T, r *Redis, f func()) float64 {
+	t.Helper()
+	stat := func() (int64, int64) {
+		calls, err := r.Calls("evalsha")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := r.Info("stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads, _ := strconv.ParseInt(m["total_reads_processed"], 10, 64)
+		return calls, reads
+	}
+	c0, r0 := stat()
+	f()
+	c1, r1 := stat()
+	return float64(c1-c0) / float64(r1-r0-2) // the two INFO reads
+}
+
+func TestConcurrentChecksShareRoundTrips(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		pod := e.pod()
+		// Burst 40 per key, failing closed: a lost or misdelivered reply
+		// shows as a wrong r or a 503.
+		h := e.handler(pod, "api@file", e.opts("average", 40, "period", "1h", "burst", 40, "failureMode", "closed", "redis.timeout", "1s"))
+		do(h, "GET", "/", "warm") // EVALSHA loaded, pool dialled
+		var bad int64
+		perRead := commandsPerRead(t, e.redis, func() { bad += concurrently(t, h, 32, 40) })
+		clients, err := e.redis.Clients()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("32 goroutines: %.2f EVALSHA per Redis read event, %d connections to Redis (this test's own included)", perRead, clients)
+		if bad != 0 {
+			t.Fatalf("%d of 1280 concurrent checks got a wrong answer", bad)
+		}
+		if perRead < 1.5 {
+			t.Fatalf("EVALSHA per read %.2f: want concurrent checks pipelined on shared connections (several per read)", perRead)
+		}
+		// After SCRIPT FLUSH every pipelined check is answered NOSCRIPT and
+		// sent again as EVAL: nothing fails.
+		if _, err := e.redis.Do("SCRIPT", "FLUSH"); err != nil {
+			t.Fatal(err)
+		}
+		if bad = concurrently(t, h, 32, 40); bad != 0 {
+			t.Fatalf("after SCRIPT FLUSH %d of 1280 concurrent checks got a wrong answer", bad)
+		}
+	})
+}
+
+func TestConcurrentChecksKeepTheirTimeout(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		h := e.handler(e.pod(), "api@file", e.opts("average", 600, "period", "1m", "burst", 100,
+			"redis.timeout", "20ms", "redis.breakerThreshold", 1000))
+		do(h, "GET", "/", "warm")
+		if err := e.redis.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		defer e.redis.Resume()
+		var slowest int64
+		var failed int64
+		var wg sync.WaitGroup
+		for g := 0; g < 16; g++ {
+			wg.Add(1)
+			go func(g int) {
+				defer wg.Done()
+				for i := 0; i < 5; i++ {
+					start := time.Now()
+					if do(h, "GET", "/", fmt.Sprintf("k%d", g)).Code != 200 {
+						atomic.AddInt64(&failed, 1)
+					}
+					d := int64(time.Since(start))
+					for {
+						s := atomic.LoadInt64(&slowest)
+						if d <= s || atomic.CompareAndSwapInt64(&slowest, s, d) {
+							break
+						}
+					}
+				}
+			}(g)
+		}
+		wg.Wait()
+		// Each check's deadline is its write time plus 20 ms, whoever
+		// reads; plus scheduling on a loaded machine.
+		if failed > 0 || time.Duration(slowest) > 20*time.Millisecond+300*time.Millisecond {
+			t.Fatalf("Redis frozen, 80 concurrent checks: %d failed, slowest %v; want all to fall back within the 20ms timeout", failed, time.Duration(slowest))
+		}
+		t.Logf("Redis frozen: slowest of 80 concurrent checks %v (timeout 20ms)", time.Duration(slowest))
+	})
+}
+
+// burstAdmitted sends n concurrent requests for key to h and returns how
+// many were admitted and the decision header's tally.
+func burstAdmitted(h http.Handler, n int, key string) (int, map[string]int) {
+	codes := make([]int, n)
+	how := make([]string, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			rec := do(h, "GET", "/", key)
+			codes[i], how[i] = rec.Code, rec.Header().Get("X-Tollgate-Decision")
+		}(i)
+	}
+	wg.Wait()
+	admitted, tally := 0, map[string]int{}
+	for i := range codes {
+		if codes[i] == 200 {
+			admitted++
+		}
+		tally[how[i]]++
+	}
+	return admitted, tally
+}
+
+// decidedByRedis reports whether every decision of tally was Redis's
+// (or the deny cache's, which repeats Redis's refusals).
+func decidedByRedis(tally map[string]int) bool {
+	for how := range tally {
+		if how != "redis" && how != "cache" {
+			return false
+		}
+	}
+	return true
+}
+
+func TestBurstAtAColdPodIsExact(t *testing.T) {
+	// A pod that just started (its pool's first connection still being
+	// dialled), 300 concurrent requests for one key, burst 20 per hour:
+	// exactly 20 admitted, all decided by Redis. The same with poolSize 4
+	// and 200 concurrent requests.
+	forEachKind(t, func(t *testing.T, e *env) {
+		for _, tc := range []struct {
+			desc     string
+			n        int
+			poolSize int
+		}{
+			{desc: "300 concurrent, default pool", n: 300},
+			{desc: "200 concurrent, poolSize 4", n: 200, poolSize: 4},
+		} {
+			o := e.opts("average", 20, "period", "1h", "burst", 20, "decisionHeader", "X-Tollgate-Decision", "redis.timeout", "5ms")
+			if tc.poolSize > 0 {
+				o = withOptions(o, "redis.poolSize", tc.poolSize)
+			}
+			h := e.handler(e.pod(), "api@file", o)
+			admitted, tally := burstAdmitted(h, tc.n, uniqueKey(t))
+			t.Logf("%s: %d admitted, decisions %v", tc.desc, admitted, tally)
+			if admitted != 20 || !decidedByRedis(tally) {
+				t.Fatalf("%s: %d admitted, decisions %v; want exactly 20, all by Redis", tc.desc, admitted, tally)
+			}
+		}
+	})
+}
+
+func TestBurstAfterRedisReturnsIsExact(t *testing.T) {
+	// Redis dies, the breaker opens; Redis returns and no request comes
+	// for probeInterval + 1 s; then a burst: exact, decided by Redis.
+	forEachKind(t, func(t *testing.T, e *env) {
+		h := e.handler(e.pod(), "api@file", e.opts("average", 20, "period", "1h", "burst", 20, "decisionHeader", "X-Tollgate-Decision",
+			"redis.timeout", "5ms", "redis.breakerThreshold", 3, "redis.probeInterval", "1s"))
+		do(h, "GET", "/", "warm")
+		e.redis.Kill()
+		for i := 0; i < 10; i++ {
+			do(h, "GET", "/", "during")
+		}
+		if got := do(h, "GET", "/", "during").Header().Get("X-Tollgate-Decision"); got != "local" {
+			t.Fatalf("Redis down: decided %q, want local", got)
+		}
+		if err := e.redis.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		admitted, tally := burstAdmitted(h, 60, uniqueKey(t))
+		t.Logf("60 concurrent 2 s after Redis returned: %d admitted, decisions %v", admitted, tally)
+		if admitted != 20 || !decidedByRedis(tally) {
+			t.Fatalf("%d admitted, decisions %v; want exactly 20, all by Redis", admitted, tally)
+		}
+	})
+}

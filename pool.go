@@ -1,0 +1,359 @@
+package tollgate
+
+// The pool: the connections to one Redis node, shared by every check in
+// flight (wire.go). A check takes the least busy connection; when every
+// connection is busy and fewer than poolSize are open, one more is dialled
+// off the request's clock while the check pipelines on a busy one. So
+// concurrency never waits for a dial or for a free connection, and a burst
+// at a pod that just started, scaled up or reconnected is answered by
+// Redis.
+//
+// Only when no connection is open at all (New's warm-up dial not done yet,
+// or every connection dropped by a Redis restart) does a check wait, for
+// the dial in progress, within the dial budget: the dial reaches Redis, so
+// a Redis that is down or unreachable answers that wait with a failure.
+// After a failed dial, checks fail at once (errDialFailed) until a dial
+// succeeds; a new dial is tried off the request's clock, one at a time.
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors of the pool.
+var (
+	errDialFailed = errors.New("tollgate: dialing redis failed")
+)
+
+// idleTimeout closes connections unused for this long (the last one
+// stays).
+const idleTimeout = time.Minute
+
+// growAt sets when the pool grows: when its least busy connection has
+// growAt calls in flight per connection open. So n connections carry
+// about growAt*n*n checks at once before one more is dialled: a few
+// connections for a burst of hundreds (pipelining makes a deep queue
+// cheap), up to poolSize.
+const growAt = 2
+
+// pruneEvery spaces the pool's looks for idle connections.
+const pruneEvery = int64(time.Second)
+
+// redisClient is the pool of connections to one Redis node.
+//
+// The zero value is not usable; use newRedisClient. Safe for concurrent
+// use. At most poolSize connections are open or being dialled; each
+// carries any number of checks at once (up to maxQueue). Connections
+// unused for idleTimeout are closed, all but one. No goroutine runs but
+// the dials, each ending within its budget.
+type redisClient struct {
+	set     redisSettings
+	tlsConf *tls.Config      // nil without TLS
+	now     func() time.Time // time.Now: deadlines; injected in tests
+	mono    func() int64     // monotonic: idle ages
+
+	dialTimeout time.Duration
+	onDialError func(error) // set once before use; counts a failed dial
+
+	mu         sync.Mutex // guards the fields below
+	dialDone   *sync.Cond // broadcast when a dial ends
+	conns      []*rconn   // open connections
+	poolSize   int
+	dialing    int   // dials in progress
+	dialFailed bool  // the last dial failed, or a connection stopped answering; no dial succeeded since
+	lastPrune  int64 // monotonic ns
+
+	sideMu sync.Mutex // guards side
+	side   *rconn     // the heartbeat's own connection (heartbeat.go)
+}
+
+func newRedisClient(set redisSettings) (*redisClient, error) {
+	c := &redisClient{set: set, now: time.Now, mono: monotonic, poolSize: set.poolSize, dialTimeout: dialTimeoutFor(set.timeout)}
+	c.dialDone = sync.NewCond(&c.mu)
+	if set.useTLS {
+		conf, err := tlsConfig(set)
+		if err != nil {
+			return nil, err
+		}
+		c.tlsConf = conf
+	}
+	return c, nil
+}
+
+// setPoolSize changes the cap on open connections (the latest config wins).
+func (c *redisClient) setPoolSize(n int) {
+	c.mu.Lock()
+	c.poolSize = n
+	c.mu.Unlock()
+}
+
+// pick returns the least busy connection, starting a dial when all are
+// busy and the pool may grow. With none open it waits for the dial in
+// progress, unless the last dial failed.
+func (c *redisClient) pick() (*rconn, error) {
+	c.mu.Lock()
+	for len(c.conns) == 0 {
+		if c.dialing == 0 && c.poolSize > 0 {
+			c.startDial()
+		}
+		if c.dialFailed || c.poolSize <= 0 {
+			c.mu.Unlock()
+			return nil, errDialFailed
+		}
+		c.dialDone.Wait() // a dial ends within its budget
+	}
+	best := c.conns[0]
+	load := atomic.LoadInt64(&best.inflight)
+	for i := 1; i < len(c.conns) && load > 0; i++ {
+		if n := atomic.LoadInt64(&c.conns[i].inflight); n < load {
+			best, load = c.conns[i], n
+		}
+	}
+	if load >= growAt*int64(len(c.conns)) && c.dialing == 0 && len(c.conns) < c.poolSize {
+		c.startDial()
+	}
+	if ns := c.mono(); ns-c.lastPrune >= pruneEvery {
+		c.lastPrune = ns
+		c.pruneIdle(ns)
+	}
+	c.mu.Unlock()
+	return best, nil
+}
+
+// startDial dials one connection on a goroutine of its own. Requires c.mu
+// held.
+func (c *redisClient) startDial() {
+	c.dialing++
+	go c.dialAsync()
+}
+
+// warm starts a dial when the pool has no connection, so that the first
+// check finds one (New calls it: Traefik builds middlewares before traffic).
+func (c *redisClient) warm() {
+	c.mu.Lock()
+	if len(c.conns) == 0 && c.dialing == 0 && c.poolSize > 0 {
+		c.startDial()
+	}
+	c.mu.Unlock()
+}
+
+// dialAsync dials within the dial budget and adds the connection to the
+// pool, or reports the failure to onDialError; either way it wakes the
+// checks waiting for a connection.
+func (c *redisClient) dialAsync() {
+	cn, err := c.dialSafe()
+	c.mu.Lock()
+	c.dialing--
+	if err == nil {
+		atomic.StoreInt64(&cn.used, c.mono())
+		c.conns = append(c.conns, cn)
+		c.dialFailed = false
+	} else {
+		c.dialFailed = true
+	}
+	c.mu.Unlock()
+	if err != nil {
+		c.reportDial(err) // before the wake: a waiting check sees it counted
+	}
+	c.mu.Lock()
+	c.dialDone.Broadcast()
+	c.mu.Unlock()
+}
+
+// dialSafe is dial within the dial budget, with a panic turned into an
+// error. This runs on a goroutine of the plugin's own, where nothing of
+// Traefik's recovers: a panic there (Yaegi's lazily built call wrappers are
+// not safe for concurrent first use; seen once in the tests) would end the
+// whole Traefik process instead of one dial.
+func (c *redisClient) dialSafe() (cn *rconn, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			cn, err = nil, fmt.Errorf("dialing redis %s: recovered from a panic: %v", c.set.addr, r)
+		}
+	}()
+	return c.dial(c.now().Add(c.dialTimeout))
+}
+
+// reportDial passes a failed dial to onDialError, recovering a panic as
+// dialSafe does.
+func (c *redisClient) reportDial(err error) {
+	defer func() { _ = recover() }()
+	if c.onDialError != nil {
+		c.onDialError(err)
+	}
+}
+
+// drop removes a dead connection from the pool; silent says it died
+// waiting for Redis (a frozen or overloaded server): until a dial
+// succeeds, checks finding no connection do not wait for one.
+func (c *redisClient) drop(cn *rconn, silent bool) {
+	c.mu.Lock()
+	if silent {
+		c.dialFailed = true
+	}
+	for i, x := range c.conns {
+		if x == cn {
+			c.conns = append(c.conns[:i], c.conns[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+}
+
+// pruneIdle closes the connections unused for idleTimeout but the first:
+// after a burst, steady traffic keeps using the first ones and the rest
+// would stay open for ever. Requires c.mu held.
+func (c *redisClient) pruneIdle(ns int64) {
+	keep := c.conns[:0]
+	for i, cn := range c.conns {
+		if i > 0 && ns-atomic.LoadInt64(&cn.used) >= int64(idleTimeout) && cn.closeIfIdle() {
+			continue
+		}
+		keep = append(keep, cn)
+	}
+	for i := len(keep); i < len(c.conns); i++ {
+		c.conns[i] = nil
+	}
+	c.conns = keep
+}
+
+// closeIdle closes every connection without a call in flight, and the
+// heartbeat's: after one turns out dead (Redis restarted), its siblings
+// are dead too; and the registry reclaims a backend this way.
+func (c *redisClient) closeIdle() {
+	c.mu.Lock()
+	keep := c.conns[:0]
+	for _, cn := range c.conns {
+		if !cn.closeIfIdle() {
+			keep = append(keep, cn)
+		}
+	}
+	for i := len(keep); i < len(c.conns); i++ {
+		c.conns[i] = nil
+	}
+	c.conns = keep
+	c.mu.Unlock()
+	c.sideMu.Lock()
+	if c.side != nil {
+		c.side.closeIfIdle()
+		c.side = nil
+	}
+	c.sideMu.Unlock()
+}
+
+// open returns the number of connections open (the heartbeat's included).
+func (c *redisClient) openConns() int {
+	c.mu.Lock()
+	n := len(c.conns)
+	c.mu.Unlock()
+	c.sideMu.Lock()
+	if c.side != nil {
+		n++
+	}
+	c.sideMu.Unlock()
+	return n
+}
+
+// roundTrip runs one call on a pooled connection: prefix, then (cmd not
+// nil) the script call starting with head for key, with pre (not nil)
+// answering the prefix. On a connection the server had closed (a Redis
+// restart), the pool's idle connections are closed too and the call is
+// tried once more on another, or a new one.
+func (c *redisClient) roundTrip(pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration) (*call, error) {
+	for attempt := 0; ; attempt++ {
+		cn, err := c.pick()
+		if err != nil {
+			return nil, err
+		}
+		cl := newCall()
+		if pre != nil {
+			*pre = call{wake: pre.wake}
+		}
+		if err = cn.send(pre, cl, prefix, cmd, head, key, timeout, c.now); err == nil || cl.done {
+			cn.mu.Lock()
+			cn.await(cl)
+			cn.mu.Unlock()
+			err = cl.err
+		}
+		if err == nil || attempt == 1 || !connLost(err) {
+			if dead := cn.deadErr(); err != nil && dead != nil {
+				c.drop(cn, dead == errStale)
+			}
+			return cl, err
+		}
+		c.drop(cn, false)
+		c.closeIdle()
+	}
+}
+
+// connLost reports an error of a connection that failed as a whole (the
+// server closed it, a write failed), as opposed to a timeout or a reply:
+// the call may be tried again on another connection.
+func connLost(err error) bool {
+	return err == errWrite || err != errTimeout && err != errStale && err != errBadReply && err != errNoScript && err != errRedirect &&
+		err != errReadOnly && err != errQueueFull && err != errDialFailed && !isTimeout(err)
+}
+
+// check runs the bucket script for the client key and stores the decision
+// in d: EVALSHA, then EVAL when Redis does not hold the script (flushed
+// by SCRIPT FLUSH, a restart or a failover; EVAL caches it again).
+func (c *redisClient) check(cmd *command, key string, d []int64, timeout time.Duration) error {
+	cl, err := c.call(cmd, key, timeout)
+	if err != nil {
+		return err
+	}
+	return decode(cl.line, d)
+}
+
+// call is check up to the reply: the call, done, with its reply line or
+// error (a redirection's line names its target).
+func (c *redisClient) call(cmd *command, key string, timeout time.Duration) (*call, error) {
+	cl, err := c.roundTrip(nil, nil, cmd, cmd.shaHead, key, timeout)
+	if err == errNoScript {
+		cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout)
+	}
+	return cl, err
+}
+
+var (
+	pingCmd   = []byte("*1\r\n$4\r\nPING\r\n")
+	pongReply = "+PONG\r\n"
+)
+
+// probe checks that the node answers within timeout, on a fresh
+// connection (those pooled may have died with the server): the idle ones
+// are closed, the new one joins the pool.
+func (c *redisClient) probe(timeout time.Duration) error {
+	cn, err := c.dialSafe()
+	if err != nil {
+		return err
+	}
+	c.closeIdle()
+	cl := newCall()
+	if err = cn.send(nil, cl, pingCmd, nil, nil, "", timeout, c.now); err == nil {
+		cn.mu.Lock()
+		cn.await(cl)
+		cn.mu.Unlock()
+		err = cl.err
+	}
+	if err == nil && string(cl.line) != pongReply {
+		err = errBadReply
+	}
+	if err != nil {
+		cn.mu.Lock()
+		cn.kill(err)
+		cn.mu.Unlock()
+		return err
+	}
+	atomic.StoreInt64(&cn.used, c.mono())
+	c.mu.Lock()
+	c.conns = append(c.conns, cn)
+	c.dialFailed = false
+	c.dialDone.Broadcast()
+	c.mu.Unlock()
+	return nil
+}

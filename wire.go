@@ -1,0 +1,507 @@
+package tollgate
+
+// The wire: calls written to one shared connection in order and answered
+// in order (RESP pipelining).
+//
+// Any number of checks share a connection. A check appends its call to the
+// connection's queue and writes it, both under the write lock, so the
+// queue's order is the stream's order. Then it waits for its reply. No
+// goroutine of the plugin's own reads: one of the waiting checks does, in
+// turn (the reader). The reader reads replies in order, hands each to its
+// call and wakes that call's check, until its own reply is in and no other
+// reply is buffered; then it passes the reading on to the first check still
+// waiting. So a check alone on its connection writes, reads its own reply
+// and returns (no hand-off, as with a connection of its own), and a burst
+// shares a few connections without a dial, a wait for a free connection,
+// or a syscall per check.
+//
+// Deadlines. A call's deadline is its write time plus its timeout, renewed
+// when the reply before it on its connection arrives (up to queueWait
+// timeouts after its write): the budget is Redis's, for this call (a
+// check that waited for the write lock, for the CPU, or for Redis to work
+// through a burst written before it did not find Redis slow). The reader
+// reads until the deadline of the oldest call still waiting; when it
+// passes, every waiting call past its deadline fails with errTimeout and
+// leaves; its reply, when it comes, is read and dropped. A connection that still owes a reply staleAfter past
+// its deadline is closed. No select and no timer: the socket's deadline
+// bounds every wait (see STYLE.md), and a check waits on a channel of its
+// own that only the reader sends to.
+//
+// A connection whose stream can no longer be trusted (a write error,
+// which crypto/tls makes permanent, a read error, a reply no call of ours
+// gets) is dead: every call queued on it fails with that error, and the
+// pool drops it.
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors a caller may branch on.
+var (
+	errTimeout   = errors.New("tollgate: redis did not answer within the timeout")
+	errNoScript  = errors.New("tollgate: redis does not hold the script (NOSCRIPT)")
+	errBadReply  = errors.New("tollgate: unexpected reply from redis")
+	errConnDead  = errors.New("tollgate: redis connection closed")
+	errQueueFull = errors.New("tollgate: too many checks in flight on one redis connection")
+	errWrite     = errors.New("tollgate: writing to redis failed: connection closed")
+	errStale     = errors.New("tollgate: redis owes replies past their deadline: connection closed")
+)
+
+const (
+	// lateGrace is how long a read that timed out looks again for a reply
+	// already received (see lateRead).
+	lateGrace = 200 * time.Microsecond
+	// writeBudget bounds a write blocked on a full socket buffer (a
+	// write normally completes at once, whatever Redis does); generous,
+	// since a write that fails kills the connection.
+	writeBudget = 250 * time.Millisecond
+	// maxQueue bounds the calls in flight on one connection.
+	maxQueue = 4096
+	// readerSize is the reply buffer of a connection: the longest legal
+	// reply line, a decision over maxRules+1 policies with every number at
+	// its widest (maxDecisionLine), fits.
+	readerSize = 4096
+)
+
+// maxDecisionLine is the longest decision a correct script sends: "+",
+// then 1+3(maxRules+1) numbers of at most 20 characters each, separated
+// by spaces, and CRLF.
+const maxDecisionLine = 1 + (1+3*(maxRules+1))*21 + 2
+
+// rconn is one connection to Redis, shared by every check in flight on it.
+// Safe for concurrent use. The write lock orders calls; mu guards the
+// queue and the reading role.
+type rconn struct {
+	nc net.Conn
+	br *bufio.Reader // read only by the reader
+
+	rdl  time.Time // the read deadline last set (reader only)
+	part []byte    // a reply line read in part (reader only)
+
+	wmu  sync.Mutex // held while a call is queued and written
+	wbuf []byte     // guarded by wmu
+
+	mu       sync.Mutex
+	queue    []*call // written, reply not yet read, in stream order
+	reading  bool    // a check holds the reading role
+	dead     error   // not nil once the stream is unusable
+	inflight int64   // len(queue), read atomically by the pool
+	used     int64   // monotonic ns of the last call written (atomic)
+}
+
+// call is one request on a connection and, once done, its reply line (a
+// status line: the decision, +PONG, +OK) or its error. Fields are guarded
+// by the connection's mu; line and err are read by the caller once done.
+type call struct {
+	sent     time.Time     // when its write returned; zero until then
+	timeout  time.Duration // its budget, from sent or from the reply before it
+	deadline time.Time
+	line     []byte
+	err      error
+	done     bool
+	waiting  bool          // its check sleeps on wake
+	wake     chan struct{} // capacity 1: one send per sleep
+}
+
+func newConn(nc net.Conn) *rconn {
+	return &rconn{nc: nc, br: bufio.NewReaderSize(nc, readerSize), wbuf: make([]byte, 0, 256)}
+}
+
+func newCall() *call { return &call{wake: make(chan struct{}, 1)} }
+
+// finish completes cl and wakes its check. Requires cn.mu held.
+func finish(cl *call, line []byte, err error) {
+	if cl.done {
+		return
+	}
+	cl.line = append(cl.line[:0], line...)
+	cl.err, cl.done = err, true
+	wake(cl)
+}
+
+// wake wakes cl's check if it sleeps. Requires cn.mu held.
+func wake(cl *call) {
+	if cl.waiting {
+		cl.waiting = false
+		cl.wake <- struct{}{}
+	}
+}
+
+// send queues and writes pre (when not nil) and cl in one write: prefix,
+// then the call that starts with head for key (cmd nil: prefix alone).
+// cl's deadline is set once the write returns (clock), plus timeout: a
+// goroutine descheduled before its write does not shorten Redis's budget.
+// A failed write kills the connection (crypto/tls makes write errors
+// permanent, and a partial write breaks the stream) and fails every call
+// on it with errWrite: nothing of theirs is lost, they may be tried again.
+func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration, clock func() time.Time) error {
+	cn.wmu.Lock()
+	cn.mu.Lock()
+	if cn.dead != nil || len(cn.queue) >= maxQueue {
+		err := cn.dead
+		if err == nil {
+			err = errQueueFull
+		}
+		cn.mu.Unlock()
+		cn.wmu.Unlock()
+		return err
+	}
+	if pre != nil {
+		cn.queue = append(cn.queue, pre)
+	}
+	cn.queue = append(cn.queue, cl)
+	atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
+	cn.mu.Unlock()
+	cn.wbuf = append(cn.wbuf[:0], prefix...)
+	if cmd != nil {
+		cn.wbuf = cmd.appendCall(cn.wbuf, head, key)
+	}
+	err := cn.nc.SetWriteDeadline(clock().Add(writeBudget))
+	if err == nil {
+		_, err = cn.nc.Write(cn.wbuf)
+	}
+	sent := clock()
+	cn.mu.Lock()
+	if err != nil {
+		cn.kill(errWrite)
+	} else {
+		cl.sent, cl.timeout, cl.deadline = sent, timeout, sent.Add(timeout)
+		if pre != nil {
+			pre.sent, pre.timeout, pre.deadline = sent, timeout, cl.deadline
+		}
+	}
+	cn.mu.Unlock()
+	cn.wmu.Unlock()
+	return err
+}
+
+// await returns once cl is done, reading replies when no other check
+// does. Requires cn.mu held; returns with it held.
+func (cn *rconn) await(cl *call) {
+	for !cl.done {
+		if !cn.reading {
+			cn.reading = true
+			cn.serve(cl)
+			continue
+		}
+		cl.waiting = true
+		cn.mu.Unlock()
+		<-cl.wake
+		cn.mu.Lock()
+	}
+}
+
+// serve reads replies as the reader until me is done and nothing more is
+// buffered, then passes the reading on. Requires cn.mu held and the
+// reading role taken; returns with cn.mu held and the role released.
+func (cn *rconn) serve(me *call) {
+	for len(cn.queue) > 0 && (!me.done || cn.br.Buffered() > 0) {
+		deadline := cn.oldestDeadline()
+		cn.mu.Unlock()
+		line, err := cn.readLine(deadline)
+		cn.mu.Lock()
+		if err != nil {
+			if !isTimeout(err) {
+				cn.kill(err)
+			} else if cn.expire(time.Now()) {
+				cn.kill(errStale)
+			}
+			continue
+		}
+		cl := cn.queue[0]
+		cn.queue[0] = nil
+		cn.queue = cn.queue[1:]
+		atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
+		if len(cn.queue) > 0 {
+			cn.queue[0].extend(time.Now())
+		}
+		switch {
+		case len(line) >= 3 && line[0] == '+':
+			finish(cl, line, nil)
+		case len(line) >= 3 && line[0] == '-':
+			finish(cl, line, replyError(line)) // the line names a redirection's target
+		default:
+			// Not a reply any call of ours gets: the stream cannot be
+			// trusted.
+			finish(cl, nil, errBadReply)
+			cn.kill(errBadReply)
+		}
+	}
+	cn.reading = false
+	for _, cl := range cn.queue {
+		if !cl.done && cl.waiting {
+			wake(cl) // the next reader
+			break
+		}
+	}
+}
+
+// extend gives the call now at the head of its connection its whole
+// timeout from now, when the reply before it just arrived: Redis answers
+// a connection's calls in order, so a call behind a deep pipeline (a
+// burst) waits for Redis to work through the calls before it, which says
+// nothing of Redis's health. Never past queueWait timeouts after its
+// write, and not while it is still being written. Requires cn.mu held.
+func (cl *call) extend(now time.Time) {
+	if cl.done || cl.deadline.IsZero() {
+		return
+	}
+	d := now.Add(cl.timeout)
+	if last := cl.sent.Add(queueWait * cl.timeout); d.After(last) {
+		d = last
+	}
+	if d.After(cl.deadline) {
+		cl.deadline = d
+	}
+}
+
+// queueWait bounds, in timeouts, how long a call may wait behind the
+// calls written before it on its connection.
+const queueWait = 10
+
+// oldestDeadline is the deadline of the first call still waiting (calls
+// are written with increasing deadlines when they share a timeout); a
+// call still being written has none yet: the reader looks again within
+// staleAfter. Requires cn.mu held.
+func (cn *rconn) oldestDeadline() time.Time {
+	for _, cl := range cn.queue {
+		if !cl.done {
+			if cl.deadline.IsZero() {
+				return time.Now().Add(staleAfter)
+			}
+			return cl.deadline
+		}
+	}
+	return cn.queue[0].deadline.Add(staleAfter)
+}
+
+// staleAfter is how long past its deadline a connection may owe a reply
+// before it is closed (a frozen or overloaded Redis).
+const staleAfter = 250 * time.Millisecond
+
+// expire fails the waiting calls whose deadline has passed, and reports
+// whether the connection owes a reply staleAfter past its deadline.
+// Requires cn.mu held.
+func (cn *rconn) expire(now time.Time) bool {
+	for _, cl := range cn.queue {
+		if !cl.done && !cl.deadline.IsZero() && !now.Before(cl.deadline) {
+			finish(cl, nil, errTimeout)
+		}
+	}
+	head := cn.queue[0].deadline
+	return !head.IsZero() && now.Sub(head) > staleAfter
+}
+
+// kill marks the connection dead with err, fails every queued call and
+// closes the socket. Requires cn.mu held.
+func (cn *rconn) kill(err error) {
+	if cn.dead == nil {
+		cn.dead = err
+		_ = cn.nc.Close()
+	}
+	for _, cl := range cn.queue {
+		finish(cl, nil, err)
+	}
+	cn.queue = nil
+	atomic.StoreInt64(&cn.inflight, 0)
+}
+
+// close kills the connection unless calls are in flight on it; it reports
+// whether it did.
+func (cn *rconn) closeIfIdle() bool {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if len(cn.queue) > 0 || cn.reading {
+		return false
+	}
+	cn.kill(errConnDead)
+	return true
+}
+
+// deadErr returns what killed the connection, or nil.
+func (cn *rconn) deadErr() error {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.dead
+}
+
+// readLine reads one reply line before deadline (reader only). A read
+// that fails part-way keeps what it got (bufio drops it from its buffer),
+// and the next read goes on from there: a reply split over two packets
+// around a deadline stays whole.
+func (cn *rconn) readLine(deadline time.Time) ([]byte, error) {
+	if !deadline.Equal(cn.rdl) {
+		if err := cn.nc.SetReadDeadline(deadline); err != nil {
+			return nil, err
+		}
+		cn.rdl = deadline
+	}
+	line, err := cn.br.ReadSlice('\n')
+	if err != nil && isTimeout(err) {
+		cn.rdl = time.Time{}
+		cn.part = append(cn.part, line...)
+		line, err = lateRead(cn)
+	}
+	if err != nil {
+		cn.part = append(cn.part, line...)
+		if len(cn.part) > readerSize {
+			return nil, errBadReply
+		}
+		return nil, err
+	}
+	if len(cn.part) > 0 {
+		line = append(cn.part, line...)
+		cn.part = cn.part[:0] // line is copied (finish) before the next read
+	}
+	return line, nil
+}
+
+// lateRead gives a read that timed out one more, short look. Go fails a
+// read whose deadline has passed without looking at the socket, so on a
+// CPU-starved pod a reply Redis sent well in time would count as Redis
+// being slow (and open the breaker under load). The deadline is meant for
+// a slow Redis, not a busy scheduler.
+func lateRead(cn *rconn) ([]byte, error) {
+	if err := cn.nc.SetReadDeadline(time.Now().Add(lateGrace)); err != nil {
+		return nil, err
+	}
+	return cn.br.ReadSlice('\n')
+}
+
+// isTimeout reports a deadline error.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// replyError is the error for an error reply: NOSCRIPT, a redirection
+// (MOVED, ASK: the call keeps the line, parsed by parseRedirect), a
+// demoted primary (READONLY), or any other.
+func replyError(line []byte) error {
+	switch {
+	case bytes.HasPrefix(line, noscript):
+		return errNoScript
+	case bytes.HasPrefix(line, moved) || bytes.HasPrefix(line, ask):
+		return errRedirect
+	case bytes.HasPrefix(line, readOnly):
+		return errReadOnly
+	}
+	return errBadReply
+}
+
+// Error replies matched by prefix.
+var (
+	noscript = []byte("-NOSCRIPT")
+	moved    = []byte("-MOVED ")
+	ask      = []byte("-ASK ")
+	readOnly = []byte("-READONLY")
+)
+
+// command is the prepared EVALSHA (and EVAL) of one set of policies: only the
+// client's key changes between requests, so a call is written as
+// head, key, mid[0], key, ..., tail.
+type command struct {
+	shaHead  []byte   // "*N $7 EVALSHA $40 <sha> $len <n>" and the first key's "$len"
+	evalHead []byte   // the same with EVAL and the script
+	mid      [][]byte // key i's suffix and key i+1's "$len"
+	tail     []byte   // the last key's suffix, then interval, burst, cost of every bucket
+}
+
+// bulk appends a RESP bulk string.
+func bulk(b []byte, s string) []byte {
+	b = append(b, '$')
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, "\r\n"...)
+	b = append(b, s...)
+	return append(b, "\r\n"...)
+}
+
+// newCommand prepares the script call for policies ps, whose keys are a
+// client key (fixed length keyLen) plus each policy's keySuffix.
+func newCommand(ps []*policy, keyLen int) *command {
+	n := len(ps)
+	keyHead := func(p *policy) []byte {
+		h := []byte("$")
+		h = strconv.AppendInt(h, int64(keyLen+len(p.keySuffix)), 10)
+		return append(h, "\r\n"...)
+	}
+	head := func(verb, body string) []byte {
+		b := []byte("*")
+		b = strconv.AppendInt(b, int64(3+4*n), 10)
+		b = append(b, "\r\n"...)
+		b = bulk(b, verb)
+		b = bulk(b, body)
+		b = bulk(b, strconv.Itoa(n))
+		return append(b, keyHead(ps[0])...)
+	}
+	cmd := &command{shaHead: head("EVALSHA", bucketSHA), evalHead: head("EVAL", bucketScript)}
+	for i := 1; i < n; i++ {
+		m := append([]byte(ps[i-1].keySuffix+"\r\n"), keyHead(ps[i])...)
+		cmd.mid = append(cmd.mid, m)
+	}
+	cmd.tail = []byte(ps[n-1].keySuffix + "\r\n")
+	for _, p := range ps {
+		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.shard.interval, 'g', -1, 64))
+		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.shard.burst, 'g', -1, 64))
+		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.shard.cost, 'g', -1, 64))
+	}
+	return cmd
+}
+
+// appendCall appends the call that starts with head (shaHead or evalHead)
+// for the client key.
+func (cmd *command) appendCall(b, head []byte, key string) []byte {
+	b = append(b, head...)
+	b = append(b, key...)
+	for _, m := range cmd.mid {
+		b = append(b, m...)
+		b = append(b, key...)
+	}
+	return append(b, cmd.tail...)
+}
+
+// decode parses a decision's status line ("+1 4 0 1000\r\n", at least 3
+// bytes) into d and checks it: len(d) non-negative integers, d[0] 0 or 1,
+// and a refusal names a wait.
+func decode(line []byte, d []int64) error {
+	if len(line) < 4 || line[len(line)-2] != '\r' {
+		return errBadReply
+	}
+	body := line[1 : len(line)-2]
+	i := 0
+	for k := range d {
+		j := bytes.IndexByte(body[i:], ' ')
+		end := i + j
+		if j < 0 {
+			end = len(body)
+		}
+		v, err := strconv.ParseInt(string(body[i:end]), 10, 64)
+		if err != nil || v < 0 || (j < 0) != (k == len(d)-1) {
+			return errBadReply
+		}
+		d[k] = v
+		i = end + 1
+	}
+	if d[0] > 1 || (d[0] == 0 && !namesWait(d)) {
+		return errBadReply
+	}
+	return nil
+}
+
+// namesWait reports whether a decision names a wait; a refusal that does
+// not is a reply no correct script produces.
+func namesWait(d []int64) bool {
+	for i := 2; i < len(d); i += 3 {
+		if d[i] > 0 {
+			return true
+		}
+	}
+	return false
+}
