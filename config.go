@@ -3,6 +3,7 @@ package tollgate
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -584,6 +585,65 @@ func (r redisSettings) connKey() string {
 		r.useTLS, r.tls.CA, r.tls.Cert, r.tls.Key, r.tls.InsecureSkipVerify)
 }
 
+// maxPasswordFile is the size of the largest redis.passwordFile, in bytes.
+const maxPasswordFile = 4096
+
+// readPasswordFile reads the password in redis.passwordFile. The path comes
+// from the dynamic configuration, whose author may not be whoever runs
+// Traefik, so the file must be a regular file (a symlink to one is followed:
+// Kubernetes mounts secrets so) of at most maxPasswordFile bytes holding one
+// line of printable characters; a trailing "\n" or "\r\n" is trimmed.
+// Anything else is an error naming the field and the path, and is never sent
+// to Redis: a FIFO would block New, a device such as /dev/zero would never
+// end, a multi-line file (a key, /etc/passwd, /proc/self/environ) is no
+// password, and an empty one would silently turn AUTH off. The error never
+// quotes the file's content.
+func readPasswordFile(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("redis.passwordFile: reading %q: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("redis.passwordFile: %q is not a regular file (mode %s)", path, fi.Mode())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("redis.passwordFile: reading %q: %w", path, err)
+	}
+	defer f.Close()
+	// Again on what was opened, in case the path changed since os.Stat.
+	if fi, err = f.Stat(); err != nil {
+		return "", fmt.Errorf("redis.passwordFile: reading %q: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("redis.passwordFile: %q is not a regular file (mode %s)", path, fi.Mode())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxPasswordFile+1))
+	if err != nil {
+		return "", fmt.Errorf("redis.passwordFile: reading %q: %w", path, err)
+	}
+	if len(b) > maxPasswordFile {
+		return "", fmt.Errorf("redis.passwordFile: %q is larger than %d bytes", path, maxPasswordFile)
+	}
+	pass := string(b)
+	if strings.HasSuffix(pass, "\n") {
+		pass = strings.TrimSuffix(strings.TrimSuffix(pass, "\n"), "\r")
+	}
+	if pass == "" {
+		return "", fmt.Errorf("redis.passwordFile: %q is empty", path)
+	}
+	for i := 0; i < len(pass); i++ {
+		c := pass[i]
+		if c == '\n' || c == '\r' {
+			return "", fmt.Errorf("redis.passwordFile: %q holds more than one line", path)
+		}
+		if c < ' ' || c == 0x7f {
+			return "", fmt.Errorf("redis.passwordFile: %q holds a control character (at byte %d)", path, i)
+		}
+	}
+	return pass, nil
+}
+
 func compileRedis(c *RedisConfig) (redisSettings, error) {
 	r := redisSettings{username: c.Username, password: c.Password, db: c.DB, tls: c.TLS}
 	var eps []string
@@ -623,11 +683,11 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 		return r, errors.New("redis.password and redis.passwordFile are both set: use one")
 	}
 	if c.PasswordFile != "" {
-		b, err := os.ReadFile(c.PasswordFile)
+		pass, err := readPasswordFile(c.PasswordFile)
 		if err != nil {
-			return r, fmt.Errorf("redis.passwordFile: reading %q: %w", c.PasswordFile, err)
+			return r, err
 		}
-		r.password = strings.TrimRight(string(b), "\r\n")
+		r.password = pass
 	}
 	if c.DB < 0 {
 		return r, fmt.Errorf("redis.db: %d is negative", c.DB)

@@ -4,7 +4,10 @@ package tollgate
 // (heartbeats, ASKING, the sentinel subscription): writing a command and
 // reading the few reply shapes they get. Each reader returns an error reply
 // as an error wrapping errBadReply, and any malformed input as errBadReply:
-// never a panic (FuzzTopologyReplies).
+// never a panic (FuzzTopologyReplies). A line is at most the bufio.Reader's
+// buffer; the lengths a reply claims are bounded, and memory is allocated as
+// the bytes arrive, not from the claimed length (as in the redigo bounds
+// patch), so a hostile server cannot make a read exhaust memory.
 
 import (
 	"bufio"
@@ -12,6 +15,17 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+)
+
+// Limits on what a reply may claim; beyond them a read fails with
+// errBadReply.
+const (
+	maxBulkLen  = 1 << 20 // bytes in a bulk string
+	maxArrayLen = 1 << 16 // elements in an array
+
+	// At most this much is allocated ahead of the data that fills it.
+	arrayPrealloc = 16      // elements
+	bulkPrealloc  = 4 << 10 // bytes
 )
 
 // appendCommand appends a command (verb and arguments) in RESP.
@@ -30,6 +44,9 @@ func appendCommand(b []byte, verb string, args ...string) []byte {
 // error.
 func readLine(br *bufio.Reader) ([]byte, error) {
 	line, err := br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		return nil, errBadReply // longer than the reader's buffer
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -94,11 +111,15 @@ func readStrings(br *bufio.Reader) ([]string, error) {
 	if line[0] != '*' {
 		return nil, errBadReply
 	}
-	n, err := parseCount(line[1:])
+	n, err := parseCount(line[1:], maxArrayLen)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, 0, n)
+	size := n
+	if size > arrayPrealloc {
+		size = arrayPrealloc
+	}
+	out := make([]string, 0, size)
 	for i := 0; i < n; i++ {
 		if line, err = readLine(br); err != nil {
 			return nil, err
@@ -107,15 +128,15 @@ func readStrings(br *bufio.Reader) ([]string, error) {
 		case ':':
 			out = append(out, string(line[1:]))
 		case '$':
-			size, err := parseCount(line[1:])
+			size, err := parseCount(line[1:], maxBulkLen)
 			if err != nil {
 				return nil, err
 			}
-			buf := make([]byte, size+2)
-			if _, err := io.ReadFull(br, buf); err != nil {
+			b, err := readBulk(br, size)
+			if err != nil {
 				return nil, err
 			}
-			out = append(out, string(buf[:size]))
+			out = append(out, string(b))
 		default:
 			return nil, errBadReply
 		}
@@ -123,10 +144,38 @@ func readStrings(br *bufio.Reader) ([]string, error) {
 	return out, nil
 }
 
-// parseCount parses a RESP length, at most 1 MB.
-func parseCount(b []byte) (int, error) {
+// readBulk reads a bulk string's n bytes and its CRLF, growing its buffer as
+// the bytes arrive (at most bulkPrealloc ahead of them).
+func readBulk(br *bufio.Reader, n int) ([]byte, error) {
+	size := n + 2
+	if size > bulkPrealloc {
+		size = bulkPrealloc
+	}
+	b := make([]byte, 0, size)
+	for len(b) < n+2 {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		end := cap(b)
+		if end > n+2 {
+			end = n + 2
+		}
+		m, err := io.ReadFull(br, b[len(b):end])
+		b = b[:len(b)+m]
+		if err != nil {
+			return nil, err
+		}
+	}
+	if b[n] != '\r' || b[n+1] != '\n' {
+		return nil, errBadReply
+	}
+	return b[:n], nil
+}
+
+// parseCount parses a RESP length, at most limit.
+func parseCount(b []byte, limit int) (int, error) {
 	n, err := strconv.Atoi(string(b))
-	if err != nil || n < 0 || n > 1<<20 {
+	if err != nil || n < 0 || n > limit {
 		return 0, errBadReply
 	}
 	return n, nil

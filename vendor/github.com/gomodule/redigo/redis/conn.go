@@ -545,6 +545,22 @@ func (pe protocolError) Error() string {
 	return fmt.Sprintf("redigo: %s (possible server error or unsupported concurrent read by application)", string(pe))
 }
 
+// tollgate/bounds: the limits on what a reply may claim, so that a hostile
+// or broken server cannot make a read allocate more than it sends (a reply
+// such as "*99999999999" or "$99999999999" would otherwise be allocated up
+// front, and an out-of-memory error cannot be recovered). Beyond a limit the
+// read fails with a protocolError.
+const (
+	maxLineLen  = 1 << 20 // bytes in a status, error, integer or length line
+	maxBulkLen  = 1 << 20 // bytes in a bulk string
+	maxArrayLen = 1 << 16 // elements in an array
+	maxDepth    = 8       // levels of arrays, the outermost included
+
+	// At most this much is allocated ahead of the data that fills it.
+	arrayPrealloc = 64      // elements
+	bulkPrealloc  = 4 << 10 // bytes
+)
+
 // readLine reads a line of input from the RESP stream.
 func (c *conn) readLine() ([]byte, error) {
 	// To avoid allocations, attempt to read the line using ReadSlice. This
@@ -556,6 +572,9 @@ func (c *conn) readLine() ([]byte, error) {
 		// allocating a buffer for the line.
 		buf := append([]byte{}, p...)
 		for err == bufio.ErrBufferFull {
+			if len(buf) > maxLineLen {
+				return nil, protocolError("response line too long")
+			}
 			p, err = c.br.ReadSlice('\n')
 			buf = append(buf, p...)
 		}
@@ -589,9 +608,37 @@ func parseLen(p []byte) (int, error) {
 			return -1, protocolError("illegal bytes in length")
 		}
 		n += int(b - '0')
+		if n > maxBulkLen {
+			return -1, protocolError("length too large")
+		}
 	}
 
 	return n, nil
+}
+
+// readBulk reads n bytes (n <= maxBulkLen), growing its buffer as they
+// arrive rather than allocating n up front (tollgate/bounds).
+func (c *conn) readBulk(n int) ([]byte, error) {
+	size := n
+	if size > bulkPrealloc {
+		size = bulkPrealloc
+	}
+	p := make([]byte, 0, size)
+	for len(p) < n {
+		if len(p) == cap(p) {
+			p = append(p, 0)[:len(p)]
+		}
+		end := cap(p)
+		if end > n {
+			end = n
+		}
+		m, err := io.ReadFull(c.br, p[len(p):end])
+		p = p[:len(p)+m]
+		if err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
 }
 
 // parseInt parses an integer reply.
@@ -633,6 +680,11 @@ var (
 )
 
 func (c *conn) readReply() (interface{}, error) {
+	return c.readReplyAt(1)
+}
+
+// readReplyAt reads a reply nested in depth-1 arrays (tollgate/bounds).
+func (c *conn) readReplyAt(depth int) (interface{}, error) {
 	line, err := c.readLine()
 	if err != nil {
 		return nil, err
@@ -665,8 +717,7 @@ func (c *conn) readReply() (interface{}, error) {
 		if n < 0 || err != nil {
 			return nil, err
 		}
-		p := make([]byte, n)
-		_, err = io.ReadFull(c.br, p)
+		p, err := c.readBulk(n)
 		if err != nil {
 			return nil, err
 		}
@@ -681,9 +732,20 @@ func (c *conn) readReply() (interface{}, error) {
 		if n < 0 || err != nil {
 			return nil, err
 		}
-		r := make([]interface{}, n)
-		for i := range r {
-			r[i], err = c.readReply()
+		if n > maxArrayLen {
+			return nil, protocolError("array too long")
+		}
+		if depth > maxDepth {
+			return nil, protocolError("arrays nested too deep")
+		}
+		size := n
+		if size > arrayPrealloc {
+			size = arrayPrealloc
+		}
+		r := make([]interface{}, 0, size)
+		for i := 0; i < n; i++ {
+			r = append(r, nil)
+			r[i], err = c.readReplyAt(depth + 1)
 			if err != nil {
 				return nil, err
 			}

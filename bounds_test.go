@@ -1,0 +1,227 @@
+package tollgate
+
+// A hostile or broken server must not be able to make a read allocate what a
+// reply claims rather than what it sends: "*99999999999" preallocated is an
+// out-of-memory error, which no recover stops, and Traefik dies with it.
+// redigo reads the handshake (AUTH, CLIENT SETNAME, SELECT) and the topology
+// queries (CLUSTER SLOTS, SENTINEL); resp.go reads the heartbeat and the
+// sentinel subscription. Both bound every length (patches/redigo-bounds.patch
+// and resp.go's limits).
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// hostileServer answers the command named on with reply, then ends the
+// connection (EOF after the reply), and every other command with +OK; it
+// stops with the test.
+func hostileServer(t *testing.T, on, reply string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(nc net.Conn) {
+				defer nc.Close()
+				br := bufio.NewReader(nc)
+				for {
+					args, err := readCommand(br)
+					if err != nil {
+						return
+					}
+					if !strings.EqualFold(args[0], on) {
+						if _, err := nc.Write([]byte("+OK\r\n")); err != nil {
+							return
+						}
+						continue
+					}
+					if _, err := nc.Write([]byte(reply)); err != nil {
+						return
+					}
+					if tc, ok := nc.(*net.TCPConn); ok {
+						_ = tc.CloseWrite()
+					}
+				}
+			}(nc)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func TestDialHostileReplies(t *testing.T) {
+	mib := strings.Repeat("x", 1<<20)
+	for _, tc := range []struct {
+		desc     string
+		password string
+		db       int64
+		on       string // the command that gets the reply (others: +OK)
+		reply    string
+		ok       bool // within the limits: accepted
+		want     int  // with ok, the length of the reply (array or bulk)
+	}{
+		{desc: "AUTH: an array of 99999999999", password: "pw", on: "AUTH", reply: "*99999999999\r\n"},
+		{desc: "AUTH: a bulk string of 99999999999 bytes", password: "pw", on: "AUTH", reply: "$99999999999\r\n"},
+		{desc: "CLIENT SETNAME: an array of 99999999999", on: "CLIENT", reply: "*99999999999\r\n"},
+		{desc: "CLIENT SETNAME: a length past int64", on: "CLIENT", reply: "*99999999999999999999999999\r\n"},
+		{desc: "CLIENT SETNAME: a bulk string of 1 MiB + 1", on: "CLIENT", reply: "$1048577\r\n" + mib + "x\r\n"},
+		{desc: "CLIENT SETNAME: a status line of 2 MiB", on: "CLIENT", reply: "+" + mib + mib + "\r\n"},
+		{desc: "CLIENT SETNAME: arrays nested 100000 deep", on: "CLIENT", reply: strings.Repeat("*1\r\n", 100000) + ":1\r\n"},
+		{desc: "SELECT: a bulk string of 99999999999 bytes", db: 3, on: "SELECT", reply: "$99999999999\r\n"},
+		{desc: "SELECT: 70000 integers", db: 3, on: "SELECT", reply: "*70000\r\n" + strings.Repeat(":1\r\n", 70000)},
+		{desc: "CLUSTER SLOTS: an array of 99999999999", on: "CLUSTER", reply: "*99999999999\r\n"},
+		{desc: "CLUSTER SLOTS: 70000 empty arrays", on: "CLUSTER", reply: "*70000\r\n" + strings.Repeat("*0\r\n", 70000)},
+		{desc: "CLUSTER SLOTS: arrays nested 9 deep", on: "CLUSTER", reply: strings.Repeat("*1\r\n", 9) + ":1\r\n"},
+		{desc: "SENTINEL get-master-addr-by-name: a bulk string of 99999999999 bytes", on: "SENTINEL", reply: "*2\r\n$99999999999\r\n"},
+		// At the limits.
+		{desc: "CLUSTER SLOTS: 65536 integers", on: "CLUSTER", reply: "*65536\r\n" + strings.Repeat(":1\r\n", 65536), ok: true, want: 65536},
+		{desc: "CLUSTER SLOTS: arrays nested 8 deep", on: "CLUSTER", reply: strings.Repeat("*1\r\n", 8) + ":1\r\n", ok: true, want: 1},
+		{desc: "SENTINEL get-master-addr-by-name: a bulk string of 1 MiB", on: "SENTINEL", reply: "$1048576\r\n" + mib + "\r\n", ok: true, want: 1 << 20},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			addr := hostileServer(t, tc.on, tc.reply)
+			deadline := time.Now().Add(10 * time.Second)
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			defer cancel()
+			conn, err := redis.DialContext(ctx, "tcp", addr, dialOptions(nil, deadline, "", tc.password, tc.db, func(_ net.Conn) {})...)
+			var reply interface{}
+			if err == nil {
+				defer conn.Close()
+				switch tc.on {
+				case "CLUSTER":
+					reply, err = conn.Do("CLUSTER", "SLOTS")
+				case "SENTINEL":
+					reply, err = conn.Do("SENTINEL", "get-master-addr-by-name", "mymaster")
+				}
+			}
+			if tc.ok {
+				if err != nil {
+					t.Fatalf("error %v, want the reply", err)
+				}
+				n := -1
+				if a, isArray := reply.([]interface{}); isArray {
+					n = len(a)
+				} else if b, isBulk := reply.([]byte); isBulk {
+					n = len(b)
+				}
+				if n != tc.want {
+					t.Fatalf("reply of length %d, want %d", n, tc.want)
+				}
+				return
+			}
+			// A protocol error at once: not a timeout, not a crash.
+			if err == nil || !strings.HasPrefix(err.Error(), "redigo: ") {
+				t.Fatalf("error %v, want redigo's protocol error", err)
+			}
+		})
+	}
+}
+
+// TestDialAllocatesWhatArrives checks that redigo allocates for the bytes
+// that arrive, not for the length a reply claims: a bulk string that claims
+// the most the limit allows, then ends.
+func TestDialAllocatesWhatArrives(t *testing.T) {
+	addr := hostileServer(t, "SENTINEL", "$1048576\r\nxy")
+	var total uint64
+	for i := 0; i < 4; i++ {
+		deadline := time.Now().Add(10 * time.Second)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		conn, err := redis.DialContext(ctx, "tcp", addr, dialOptions(nil, deadline, "", "", 0, func(_ net.Conn) {})...)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err = conn.Do("SENTINEL", "get-master-addr-by-name", "mymaster")
+		runtime.ReadMemStats(&after)
+		conn.Close()
+		if err == nil {
+			t.Fatal("a truncated reply: no error")
+		}
+		total += after.TotalAlloc - before.TotalAlloc
+	}
+	// Preallocating the claim would take 4 × 1 MiB.
+	if total > 2<<20 {
+		t.Fatalf("reading 4 truncated replies allocated %d bytes, want under 2 MiB", total)
+	}
+}
+
+func TestRespReadersHostile(t *testing.T) {
+	mib := strings.Repeat("x", 1<<20)
+	for _, tc := range []struct {
+		desc string
+		in   string
+		want int // elements read; -1: errBadReply
+	}{
+		{desc: "an array of 99999999999", in: "*99999999999\r\n", want: -1},
+		{desc: "a length past int64", in: "*99999999999999999999999999\r\n", want: -1},
+		{desc: "70000 integers", in: "*70000\r\n" + strings.Repeat(":1\r\n", 70000), want: -1},
+		{desc: "a bulk string of 99999999999 bytes", in: "*1\r\n$99999999999\r\n", want: -1},
+		{desc: "a bulk string of 1 MiB + 1", in: "*1\r\n$1048577\r\n" + mib + "x\r\n", want: -1},
+		{desc: "a bulk string without its CRLF", in: "*2\r\n$5\r\nhelloXY$1\r\nx\r\n", want: -1},
+		{desc: "a negative bulk length", in: "*1\r\n$-5\r\n", want: -1},
+		{desc: "a line longer than the buffer", in: "*1\r\n:" + mib + "\r\n", want: -1},
+		{desc: "65536 integers", in: "*65536\r\n" + strings.Repeat(":1\r\n", 65536), want: 65536},
+		{desc: "a bulk string of 1 MiB", in: "*1\r\n$1048576\r\n" + mib + "\r\n", want: 1},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			got, err := readStrings(bufio.NewReader(strings.NewReader(tc.in)))
+			if tc.want < 0 {
+				if !errors.Is(err, errBadReply) {
+					t.Fatalf("readStrings = %d strings, %v; want errBadReply", len(got), err)
+				}
+				return
+			}
+			if err != nil || len(got) != tc.want {
+				t.Fatalf("readStrings = %d strings, %v; want %d", len(got), err, tc.want)
+			}
+		})
+	}
+	for _, in := range []string{"*99999999999\r\n", "*2\r\n$99999999999\r\n", ":99999999999999999999999999\r\n"} {
+		br := bufio.NewReader(strings.NewReader(in))
+		if _, err := readInt(br); err == nil {
+			t.Errorf("readInt(%q): no error", in)
+		}
+		br = bufio.NewReader(strings.NewReader(in))
+		if _, err := readTime(br); err == nil {
+			t.Errorf("readTime(%q): no error", in)
+		}
+	}
+}
+
+// TestRespReadersAllocateWhatArrives checks that readStrings allocates for
+// the bytes that arrive, not for the lengths a reply claims: replies that
+// claim the most the limits allow, then end.
+func TestRespReadersAllocateWhatArrives(t *testing.T) {
+	claims := []string{"*65536\r\n", "*1\r\n$1048576\r\n", "*2\r\n:1\r\n$1048576\r\nxy"}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := 0; i < 8; i++ {
+		for _, in := range claims {
+			if _, err := readStrings(bufio.NewReader(strings.NewReader(in))); err == nil {
+				t.Fatalf("readStrings(%q): no error", in)
+			}
+		}
+	}
+	runtime.ReadMemStats(&after)
+	// Preallocating the claims would take 8 × (1 MiB + 1 MiB + 1 MiB).
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
+		t.Fatalf("reading %d truncated replies allocated %d bytes, want under 4 MiB", 8*len(claims), got)
+	}
+}

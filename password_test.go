@@ -1,0 +1,96 @@
+package tollgate
+
+// redis.passwordFile names a file on the pod from the dynamic configuration,
+// whose author may not be whoever runs Traefik: only a regular file of one
+// short line is a password. (A FIFO, which needs syscall or os/exec to make,
+// is in the e2e suite: e2e/hostile_test.go.)
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestPasswordFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	secret := write("secret", "s3cret\n")
+	// Kubernetes mounts a secret as a link to a link into a timestamped
+	// folder.
+	if err := os.Mkdir(filepath.Join(dir, "..2024_01_01"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write("..2024_01_01/password", "k8s-s3cret")
+	if err := os.Symlink("..2024_01_01", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("..data/password", filepath.Join(dir, "password")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "missing"), filepath.Join(dir, "dangling")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		desc string
+		path string
+		want string // the password; "" for an error
+		err  string // what the error says after the field and the path
+	}{
+		{desc: "regular file, trailing newline", path: secret, want: "s3cret"},
+		{desc: "regular file, trailing CRLF", path: write("crlf", "s3cret\r\n"), want: "s3cret"},
+		{desc: "regular file, no newline", path: write("bare", "s3cret"), want: "s3cret"},
+		{desc: "spaces and UTF-8 kept", path: write("utf8", " pass wörd \n"), want: " pass wörd "},
+		{desc: "4096 bytes", path: write("max", strings.Repeat("p", 4095)+"\n"), want: strings.Repeat("p", 4095)},
+		{desc: "symlink to a regular file", path: filepath.Join(dir, "password"), want: "k8s-s3cret"},
+		{desc: "missing", path: filepath.Join(dir, "missing"), err: "reading"},
+		{desc: "dangling symlink", path: filepath.Join(dir, "dangling"), err: "reading"},
+		{desc: "directory", path: dir, err: "is not a regular file"},
+		{desc: "the zero device", path: "/dev/zero", err: "is not a regular file"},
+		{desc: "the null device", path: "/dev/null", err: "is not a regular file"},
+		{desc: "4097 bytes", path: write("oversize", strings.Repeat("p", 4097)), err: "is larger than 4096 bytes"},
+		{desc: "1 MiB", path: write("huge", strings.Repeat("p", 1<<20)), err: "is larger than 4096 bytes"},
+		{desc: "empty", path: write("empty", ""), err: "is empty"},
+		{desc: "only a newline", path: write("newline", "\n"), err: "is empty"},
+		{desc: "only a CRLF", path: write("crlf-only", "\r\n"), err: "is empty"},
+		{desc: "two lines", path: write("two-lines", "user\npass\n"), err: "holds more than one line"},
+		{desc: "trailing blank line", path: write("blank-line", "s3cret\n\n"), err: "holds more than one line"},
+		{desc: "a PEM key", path: write("key", "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n"), err: "holds more than one line"},
+		{desc: "bare CR", path: write("cr", "s3cret\r"), err: "holds more than one line"},
+		{desc: "NUL", path: write("nul", "s3c\x00ret\n"), err: "holds a control character"},
+		{desc: "tab", path: write("tab", "s3c\tret"), err: "holds a control character"},
+		{desc: "DEL", path: write("del", "s3c\x7fret"), err: "holds a control character"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			cfg := CreateConfig()
+			cfg.Redis.PasswordFile = tc.path
+			s, err := compile(cfg, "api@file")
+			if tc.err == "" {
+				if err != nil {
+					t.Fatalf("compile: %v", err)
+				}
+				if s.redis.password != tc.want {
+					t.Fatalf("password %q, want %q", s.redis.password, tc.want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("compile: no error, a password of %d bytes", len(s.redis.password))
+			}
+			prefix := "redis.passwordFile: "
+			if !strings.HasPrefix(err.Error(), prefix) || !strings.Contains(err.Error(), `"`+tc.path+`"`) ||
+				!strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("error %q, want one starting %q, naming %q and saying %q", err, prefix, tc.path, tc.err)
+			}
+			if strings.Contains(err.Error(), "s3c") || strings.Contains(err.Error(), "PRIVATE") {
+				t.Fatalf("error %q quotes the file", err)
+			}
+		})
+	}
+}
