@@ -143,28 +143,31 @@ type RedisConfig struct {
 	Username string `json:"username,omitempty" yaml:"username,omitempty" toml:"username,omitempty"`
 	// Password for AUTH. Default "" (no AUTH).
 	Password string `json:"password,omitempty" yaml:"password,omitempty" toml:"password,omitempty"`
-	// PasswordFile is read for the password (trailing newline trimmed), for
-	// mounted secrets. Exclusive with Password.
+	// PasswordFile is read for the password, for mounted secrets: a regular
+	// file (symlinks followed) of at most 4 KiB holding one line (one
+	// trailing newline trimmed); an empty file is an error. Exclusive with
+	// Password.
 	PasswordFile string `json:"passwordFile,omitempty" yaml:"passwordFile,omitempty" toml:"passwordFile,omitempty"`
 	// DB is the database number (SELECT). Default 0.
 	DB int64 `json:"db,omitempty" yaml:"db,omitempty" toml:"db,omitempty"`
 	// TLS enables TLS when any of its fields is set.
 	TLS TLSConfig `json:"tls,omitempty" yaml:"tls,omitempty" toml:"tls,omitempty"`
-	// Timeout is the whole budget for one check (pool wait, dial and round
-	// trip included); past it the request falls back. Default "5ms".
+	// Timeout is Redis's budget for one check: from when the check is
+	// written (or, behind a burst pipelined on the same connection, from
+	// the reply before it, up to 10 timeouts after its write) to its reply;
+	// past it the request falls back. A pod whose pool has no connection yet
+	// (just started, or Redis just restarted) waits for the dial in progress
+	// instead (its budget: 100 x Timeout, 250ms to 2s). Default "5ms".
 	Timeout string `json:"timeout,omitempty" yaml:"timeout,omitempty" toml:"timeout,omitempty"`
-	// PoolSize caps open connections per process and endpoint. 0 means 64;
-	// when all are busy a check waits for one within Timeout, then falls back.
+	// PoolSize caps the connections per process and Redis node that carry
+	// checks (the heartbeat has one more of its own). Checks share them:
+	// each connection carries any number at once, pipelined, and one more
+	// is dialled, off the request's clock, when the least busy carries 2 per
+	// connection open (about sqrt(concurrency/2) connections). 0 means 64.
 	PoolSize int64 `json:"poolSize,omitempty" yaml:"poolSize,omitempty" toml:"poolSize,omitempty"`
-	// Pipeline is the number of lanes over which concurrent checks are
-	// coalesced: the checks waiting on a lane go to Redis as one batch, one
-	// write and their replies read in order, on one connection; a check
-	// that finds its lane idle goes alone. 0 (default) turns it off: each
-	// check takes a connection of its own from the pool. At most 64. It cuts
-	// Redis's CPU and the plugin's per check when many checks are in flight
-	// at once, but serializes each lane's batches through goroutine
-	// hand-offs, which cost more than they save on a CPU-saturated pod (see
-	// BENCHMARKS.md).
+	// Pipeline is accepted for compatibility and ignored: concurrent checks
+	// are always pipelined on a few shared connections per node (see
+	// PoolSize). Validated: 0 to 64.
 	Pipeline int64 `json:"pipeline,omitempty" yaml:"pipeline,omitempty" toml:"pipeline,omitempty"`
 	// BreakerThreshold is the number of failures within one second that
 	// open the circuit breaker, when they are also at least half of that
@@ -569,7 +572,7 @@ type redisSettings struct {
 	useTLS           bool
 	timeout          time.Duration
 	poolSize         int
-	pipeline         int // lanes; 0: no coalescing
+	pipeline         int // ignored (RedisConfig.Pipeline)
 	breakerThreshold int64
 	probeInterval    time.Duration
 	probeNS          int64 // probeInterval in ns, for the breaker
@@ -580,7 +583,7 @@ type redisSettings struct {
 // connection, not how a check uses it (timeout, pool size, breaker
 // settings), so reloads that change limits or timeouts share one pool.
 func (r redisSettings) connKey() string {
-	return fmt.Sprintf("%d|%d|%s|%s|%s|%s|%s|%s|%s|%d|%t|%s|%s|%s|%t", r.mode, r.pipeline, strings.Join(r.endpoints, ","), r.masterName,
+	return fmt.Sprintf("%d|%s|%s|%s|%s|%s|%s|%s|%d|%t|%s|%s|%s|%t", r.mode, strings.Join(r.endpoints, ","), r.masterName,
 		r.sentinelUser, r.sentinelPass, r.addr, r.username, r.password, r.db,
 		r.useTLS, r.tls.CA, r.tls.Cert, r.tls.Key, r.tls.InsecureSkipVerify)
 }

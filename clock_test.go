@@ -1,0 +1,58 @@
+package tollgate
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestDurationsUseTheMonotonicClock reads the package's source: no
+// duration the plugin measures itself may come from the wall clock (a
+// wall clock stepped back an hour would keep a breaker open or a refusal
+// cached for that hour), so nothing but an instance id reads Unix time.
+func TestDurationsUseTheMonotonicClock(t *testing.T) {
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := map[string]bool{"heartbeat.go:newInstanceID": true}
+	fset := token.NewFileSet()
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				switch sel.Sel.Name {
+				case "Unix", "UnixNano", "UnixMicro", "UnixMilli":
+					if !allowed[name+":"+fn.Name.Name] {
+						t.Errorf("%s: %s reads the wall clock (%s): measure durations on the monotonic clock (clock.go)", fset.Position(sel.Pos()), fn.Name.Name, sel.Sel.Name)
+					}
+				}
+				return true
+			})
+		}
+	}
+}
+
+func TestReaderHoldsTheLongestDecision(t *testing.T) {
+	if maxDecisionLine > readerSize {
+		t.Fatalf("the longest decision (%d bytes) does not fit the reply reader (%d)", maxDecisionLine, readerSize)
+	}
+}
