@@ -142,17 +142,58 @@ type wrkResult struct {
 	redisCmds    int64
 	redisBytes   int64
 	redisScripts int64
+	tgConns      int // connections named tollgate, sampled during the run
+	otherConns   int // the others (Traefik's Redis limiter's), sampled alike
+}
+
+// redisConns counts Redis's connected clients: Tollgate's (CLIENT SETNAME
+// tollgate) and the others, this query's excepted.
+func (b *bench) redisConns() (tollgate, others int) {
+	v, err := b.redis.Do("CLIENT", "LIST")
+	var list string
+	switch x := v.(type) {
+	case []byte:
+		list = string(x)
+	case string:
+		list = x
+	}
+	if err != nil {
+		return -1, -1
+	}
+	for _, l := range strings.Split(list, "\n") {
+		switch {
+		case strings.TrimSpace(l) == "" || strings.Contains(l, "cmd=client|list"):
+		case strings.Contains(l, " name=tollgate "):
+			tollgate++
+		default:
+			others++
+		}
+	}
+	return tollgate, others
 }
 
 // saturate runs wrk against route and records Redis's counters around it.
 func (b *bench) saturate(route string) (wrkResult, error) {
+	return b.saturateWith(route, b.conns)
+}
+
+// saturateWith is saturate with conns wrk connections; it also samples
+// Redis's connections 60% into the run.
+func (b *bench) saturateWith(route string, conns int) (wrkResult, error) {
 	var r wrkResult
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		time.Sleep(b.wrkDur * 6 / 10)
+		r.tgConns, r.otherConns = b.redisConns()
+	}()
+	defer func() { <-sampled }()
 	before, err := b.redis.Info("stats")
 	if err != nil {
 		return r, err
 	}
 	s0, _ := b.redis.ScriptCalls()
-	cmd := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(b.conns), "-d"+b.wrkDur.String(), "-s", b.script, b.traefik.URL("/"+route))
+	cmd := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), "-d"+b.wrkDur.String(), "-s", b.script, b.traefik.URL("/"+route))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return r, fmt.Errorf("wrk: %v\n%s", err, out)
@@ -180,6 +221,7 @@ func (b *bench) saturate(route string) (wrkResult, error) {
 	r.redisCmds = delta("total_commands_processed") - 2 // the two INFO calls
 	r.redisBytes = delta("total_net_input_bytes") + delta("total_net_output_bytes")
 	r.redisScripts = s1 - s0
+	<-sampled
 	return r, nil
 }
 
@@ -340,6 +382,7 @@ type results struct {
 	cmdsRej, bytesRej      map[string]stat
 	memPerKey, memUsage    map[string]stat
 	memKeys                map[string]stat
+	conns64, conns512      map[string]stat // Redis connections during saturation
 	rate                   float64
 	non2xxAdmit, errsFixed int64
 }
@@ -348,7 +391,7 @@ func newResults() *results {
 	m := func() map[string]stat { return map[string]stat{} }
 	return &results{rps: m(), rpsReject: m(), ratio: m(), ratioReject: m(), p50: m(), p99: m(), p999: m(),
 		raw50: m(), raw99: m(), raw999: m(), cmds: m(), bytes: m(), scripts: m(), cmdsRej: m(), bytesRej: m(),
-		memPerKey: m(), memUsage: m(), memKeys: m()}
+		memPerKey: m(), memUsage: m(), memKeys: m(), conns64: m(), conns512: m()}
 }
 
 func main() {
@@ -419,6 +462,12 @@ func main() {
 			}
 			res.rps[rt] = append(res.rps[rt], w.rps)
 			res.non2xxAdmit += w.non2xx
+			switch rt {
+			case "tollgate":
+				res.conns64[rt] = append(res.conns64[rt], float64(w.tgConns))
+			case "redis":
+				res.conns64[rt] = append(res.conns64[rt], float64(w.otherConns))
+			}
 			if w.requests > 0 && (rt == "redis" || rt == "tollgate") {
 				res.cmds[rt] = append(res.cmds[rt], float64(w.redisCmds)/float64(w.requests))
 				res.bytes[rt] = append(res.bytes[rt], float64(w.redisBytes)/float64(w.requests))
@@ -430,6 +479,19 @@ func main() {
 		}
 		for _, rt := range routes {
 			res.ratio[rt] = append(res.ratio[rt], res.rps[rt][rep-1]/res.rps["none"][rep-1])
+		}
+		// Redis connections at 512 concurrent requests.
+		for _, rt := range []string{"redis", "tollgate"} {
+			w, err := b.saturateWith(rt, 512)
+			if err != nil {
+				log.Fatal(err)
+			}
+			n := w.tgConns
+			if rt == "redis" {
+				n = w.otherConns
+			}
+			res.conns512[rt] = append(res.conns512[rt], float64(n))
+			fmt.Printf("saturation, 512 conns:  %-28s %8.0f req/s, %d Redis connections\n", labels[rt], w.rps, n)
 		}
 		// Fixed rate: half of Tollgate's saturation (of the first run).
 		fr := *rate
@@ -582,6 +644,8 @@ func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Dura
 	row("latency p99.9 (ms)", res.raw999, 3, false)
 	row("… added p99.9 (ms)", res.p999, 3, true)
 	row("Redis round trips (script calls) per request", res.scripts, 2, true)
+	row(fmt.Sprintf("Redis connections during saturation, wrk -c%d", conns), res.conns64, 0, true)
+	row("Redis connections during saturation, wrk -c512", res.conns512, 0, true)
 	row("Redis commands per request, those inside the script included (admitted)", res.cmds, 2, true)
 	row("Redis bytes in+out per request (admitted)", res.bytes, 0, true)
 	row("Redis commands per request, inside the script included (rejected)", res.cmdsRej, 2, true)
