@@ -391,18 +391,24 @@ func TestFirstChecksWaitForTheWarmUpDial(t *testing.T) {
 	f := startFake(t, "+1 3 0 2000\r\n")
 	atomic.StoreInt64(&f.setName, time.Now().Add(150*time.Millisecond).UnixNano())
 	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Timeout = "5ms" })
-	var wg sync.WaitGroup
-	for i := 0; i < 50; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			serve(h, fmt.Sprint(t.Name(), i))
-		}(i)
-	}
-	wg.Wait()
+	serveConcurrently(h, t.Name(), 50)
 	if st := h.be.stats(); st.Fallbacks != 0 || st.Failures != 0 || atomic.LoadInt64(&f.evals) != 50 {
 		t.Fatalf("stats %+v, %d evals: want 50 checks answered by Redis", st, f.evals)
 	}
+}
+
+// serveConcurrently serves n concurrent requests, each with a key of its
+// own (prefix and a number).
+func serveConcurrently(h http.Handler, prefix string, n int) {
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			serve(h, fmt.Sprint(prefix, i))
+		}(i)
+	}
+	wg.Wait()
 }
 
 func TestBurstNeverWaitsForADial(t *testing.T) {
@@ -413,15 +419,7 @@ func TestBurstNeverWaitsForADial(t *testing.T) {
 	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Timeout = "200ms"; c.Redis.PoolSize = 4 })
 	waitConns(t, h.be.client, 1)
 	atomic.StoreInt64(&f.setName, time.Now().Add(10*time.Second).UnixNano())
-	var wg sync.WaitGroup
-	for i := 0; i < 300; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			serve(h, fmt.Sprint(t.Name(), i))
-		}(i)
-	}
-	wg.Wait()
+	serveConcurrently(h, t.Name(), 300)
 	if st := h.be.stats(); st.Fallbacks != 0 || atomic.LoadInt64(&f.evals) != 300 || st.Open != 1 {
 		t.Fatalf("stats %+v, %d evals: want 300 checks answered by Redis on the one open connection", st, f.evals)
 	}

@@ -141,12 +141,7 @@ func TestRedirectsAreFollowedOnce(t *testing.T) {
 			a := startFake(t, fmt.Sprintf("-%s %d %s\r\n", verb, keySlot("tg{0123456789}"), bAddr))
 			aAddr := a.l.Addr().String()
 			be := topologyBackend(t, "cluster", aAddr)
-			be.topo.mu.Lock()
-			be.topo.slots = make([]*redisClient, clusterSlots)
-			for i := range be.topo.slots {
-				be.topo.slots[i] = be.node(aAddr, true)
-			}
-			be.topo.mu.Unlock()
+			ownAllSlots(be, aAddr)
 			atomic.StoreInt64(&be.topo.lastRefresh, monotonic()+int64(time.Hour)) // no refresh in this test
 			set := newPolicySet([]*policy{mustPolicy(t)}, 14)
 			d := make([]int64, 4)
@@ -164,6 +159,16 @@ func TestRedirectsAreFollowedOnce(t *testing.T) {
 				t.Fatalf("A was asked %d times, want %d", n, want)
 			}
 		})
+	}
+}
+
+// ownAllSlots makes the node at addr own every slot of be's map.
+func ownAllSlots(be *backend, addr string) {
+	be.topo.mu.Lock()
+	defer be.topo.mu.Unlock()
+	be.topo.slots = make([]*redisClient, clusterSlots)
+	for i := range be.topo.slots {
+		be.topo.slots[i] = be.node(addr, true)
 	}
 }
 
@@ -203,12 +208,7 @@ func TestRedirectedNodesAreBounded(t *testing.T) {
 	a := startFakeWith(t, "", map[string]string{"CLUSTER": "-ERR cluster is down\r\n"})
 	aAddr := a.l.Addr().String()
 	be := topologyBackend(t, "cluster", aAddr)
-	be.topo.mu.Lock()
-	be.topo.slots = make([]*redisClient, clusterSlots)
-	for i := range be.topo.slots {
-		be.topo.slots[i] = be.node(aAddr, true)
-	}
-	be.topo.mu.Unlock()
+	ownAllSlots(be, aAddr)
 	set := newPolicySet([]*policy{mustPolicy(t)}, 14)
 	d := make([]int64, 4)
 	for i := 0; i < 3*maxExtraNodes; i++ {
