@@ -136,9 +136,8 @@ func main() {
 	n := flag.Int("n", 20000, "checks per measurement")
 	conc := flag.String("concurrency", "1,8", "goroutine counts for the throughput runs")
 	profile := flag.String("cpuprofile", "", "write a CPU profile of the interpreted Redis-path run to this file")
-	coalesce := flag.String("coalesce", "0,2,4", "redis.pipeline values (lanes; 0: off) to compare")
-	coalesceConc := flag.String("coalesce-concurrency", "1,8,32,128", "goroutine counts for the coalescing comparison")
-	only := flag.Bool("coalesce-only", false, "run only the coalescing comparison")
+	pipeConc := flag.String("pipeline-concurrency", "1,8,64,512", "goroutine counts for the pipelining table")
+	only := flag.Bool("pipeline-only", false, "run only the pipelining table")
 	flag.Parse()
 	log.SetFlags(0)
 
@@ -160,7 +159,7 @@ func main() {
 		}
 	}
 	if *only {
-		coalesceTable(r, map[string]e2e.Factory{"compiled": e2e.Compiled{}, "yaegi": y}, []string{"yaegi", "compiled"}, *coalesce, *coalesceConc, *n)
+		pipelineTable(r, map[string]e2e.Factory{"compiled": e2e.Compiled{}, "yaegi": y}, []string{"yaegi", "compiled"}, *pipeConc, *n)
 		return
 	}
 	fmt.Printf("# Tollgate check cost, %s, %d CPUs, redis-server on loopback, %d sequential checks\n\n", runtime.Version(), runtime.NumCPU(), *n)
@@ -254,7 +253,7 @@ func main() {
 			fmt.Printf("| %s | %d | %.0f |\n", name, cn, parallel(handlers[name], *n, cn))
 		}
 	}
-	coalesceTable(r, map[string]e2e.Factory{"compiled": e2e.Compiled{}, "yaegi": y}, []string{"yaegi", "compiled"}, *coalesce, *coalesceConc, *n)
+	pipelineTable(r, map[string]e2e.Factory{"compiled": e2e.Compiled{}, "yaegi": y}, []string{"yaegi", "compiled"}, *pipeConc, *n)
 }
 
 func usecPerCall(stat string) string {
