@@ -5,7 +5,8 @@ package tollgate
 // and other pods can only take more, so until the longest of those waits
 // has passed Redis would refuse the same request again: the pod refuses it
 // itself, with the same 429 and headers (the waits counted down on the pod's
-// clock), and no Redis call. A flood from a client already over its limit
+// monotonic clock, clock.go, so that a wall clock stepped back keeps no
+// refusal longer), and no Redis call. A flood from a client already over its limit
 // then costs Redis nothing.
 //
 // One cache per policy set, i.e. per middleware instance and combination of
@@ -26,29 +27,37 @@ const maxDenials = 10000
 // denyCache maps client keys to their last refusal. The zero value is not
 // usable; use newDenyCache. Safe for concurrent use.
 type denyCache struct {
-	now func() time.Time
+	now func() int64 // monotonic ns (clock.go); tests inject their own
 	max int
 	n   int64 // len(entries), read without the lock by the hot path
 
-	mu      sync.Mutex // guards entries
+	mu      sync.Mutex // guards entries and last
 	entries map[string]*denial
+	// last is the latest now read, monotonic ns: the cache's time never
+	// runs backwards, so the waits it names only count down (even when a
+	// caller's now, read before the lock, is a little behind another's).
+	last int64
 }
 
 // denial is one refusal: its decision (waits as of at) and when it ends.
 type denial struct {
-	at, until int64 // Unix ns, pod clock
+	at, until int64 // monotonic ns
 	d         []int64
 }
 
 func newDenyCache(max int) *denyCache {
-	return &denyCache{now: time.Now, max: max, entries: make(map[string]*denial)}
+	return &denyCache{now: monotonic, max: max, entries: make(map[string]*denial)}
 }
 
 // lookup fills d with the refusal cached for key, its waits counted down to
 // now, and reports whether there is one still in force.
 func (c *denyCache) lookup(key string, d []int64) bool {
-	now := c.now().UnixNano()
+	now := c.now()
 	c.mu.Lock()
+	if now < c.last {
+		now = c.last // see last
+	}
+	c.last = now
 	e := c.entries[key]
 	if e == nil {
 		c.mu.Unlock()
@@ -94,9 +103,13 @@ func (c *denyCache) remember(key string, d []int64) {
 	if wait <= 0 {
 		return
 	}
-	now := c.now().UnixNano()
-	e := &denial{at: now, until: now + wait*int64(time.Millisecond), d: append([]int64(nil), d...)}
+	now := c.now()
 	c.mu.Lock()
+	if now < c.last {
+		now = c.last // see last
+	}
+	c.last = now
+	e := &denial{at: now, until: now + wait*int64(time.Millisecond), d: append([]int64(nil), d...)}
 	if len(c.entries) >= c.max {
 		c.evict(now)
 	}

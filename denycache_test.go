@@ -9,10 +9,10 @@ import (
 )
 
 func TestDenyCacheSteps(t *testing.T) {
-	t0 := time.Unix(1700000000, 0)
+	t0 := time.Hour // the monotonic clock
 	now := t0
 	c := newDenyCache(8)
-	c.now = func() time.Time { return now }
+	c.now = func() int64 { return int64(now) }
 	// One policy refused: 0 left, 1500 ms to wait, 5000 ms until full.
 	c.remember("k", []int64{0, 0, 1500, 5000})
 	steps := []struct {
@@ -28,7 +28,7 @@ func TestDenyCacheSteps(t *testing.T) {
 		{"forgotten", 0, false, 0, 0},
 	}
 	for i, s := range steps {
-		now = t0.Add(s.at)
+		now = t0 + s.at
 		d := make([]int64, 4)
 		found := c.lookup("k", d)
 		if found != s.found || found && (d[0] != 0 || d[1] != 0 || d[2] != s.wait || d[3] != s.full) {
@@ -42,6 +42,46 @@ func TestDenyCacheSteps(t *testing.T) {
 	c.remember("ok", []int64{1, 3, 0, 2000})
 	if c.n != 0 {
 		t.Fatal("an allowed decision was cached")
+	}
+}
+
+// The cache's waits count down with its clock and never grow, even when the
+// clock it is given steps back (the wall clock did: a step back of an hour
+// kept refusals, with Retry-After near 3600 s, for that hour).
+func TestDenyCacheWaitsNeverGrow(t *testing.T) {
+	now := 10 * time.Second // the monotonic clock
+	c := newDenyCache(8)
+	c.now = func() int64 { return int64(now) }
+	c.remember("k", []int64{0, 0, 3000, 9000})
+	steps := []struct {
+		desc       string
+		at         time.Duration
+		found      bool
+		wait, full int64
+	}{
+		{"refused", 10 * time.Second, true, 3000, 9000},
+		{"1s later", 11 * time.Second, true, 2000, 8000},
+		{"clock back 1h", 11*time.Second - time.Hour, true, 2000, 8000},
+		{"clock back 500ms", 10500 * time.Millisecond, true, 2000, 8000},
+		{"clock past its latest reading", 12 * time.Second, true, 1000, 7000},
+		{"wait over", 13 * time.Second, false, 0, 0},
+		{"clock back again: still over", 10 * time.Second, false, 0, 0},
+	}
+	for i, s := range steps {
+		now = s.at
+		d := make([]int64, 4)
+		found := c.lookup("k", d)
+		if found != s.found || found && (d[2] != s.wait || d[3] != s.full) {
+			t.Fatalf("step %d (%s): found = %t, wait %d, full %d; want %t, %d, %d", i, s.desc, found, d[2], d[3], s.found, s.wait, s.full)
+		}
+	}
+	// A refusal remembered while the clock is behind counts from the
+	// cache's latest reading: it ends its wait after it, not later.
+	now = time.Second
+	c.remember("j", []int64{0, 0, 1000, 1000})
+	now = 14 * time.Second
+	if d := make([]int64, 4); c.lookup("j", d) {
+		t.Fatalf("a 1s refusal remembered at the cache's 13s, looked up at 14s: still in force, wait %d", d[2])
 	}
 }
 

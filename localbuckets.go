@@ -1,92 +1,317 @@
 package tollgate
 
-// The local fallback's buckets: per pod, on the pod's clock (see
-// fallback.go for when they decide).
+// The local fallback's buckets: per pod, on the pod's monotonic clock (see
+// fallback.go for when they decide, clock.go for the clock). One store per
+// class, so that a flood of clients on one middleware cannot evict another
+// middleware's depleted buckets.
 
 import (
+	"math"
 	"sync"
 	"time"
 )
 
-// localBuckets holds the per-pod fallback buckets of every middleware in the
-// process, by bucket key: the TAT of each (µs since epochUS, the pod's
-// clock). Safe for concurrent use.
-//
-// Bounded: at most max buckets. Inserting into a full store first drops the
-// buckets that are full again (equivalent to absent), then, if that freed
-// less than a quarter, arbitrary ones, so a flood of distinct clients costs
-// at most max entries; a dropped bucket that was not full restarts full.
-type localBuckets struct {
-	now func() time.Time
-	max int
+const (
+	// localShards is the number of shards of one store: a take locks only
+	// the shards of its keys, and a shard is what eviction looks into.
+	localShards = 32
+	// evictLook bounds the entries one insertion into a full shard looks
+	// at: the work of a take does not grow with the store. (Each entry
+	// looked at costs about 0.3 µs under Yaegi.)
+	evictLook = 16
+	// maxLocalStores bounds the class stores (see localStores).
+	maxLocalStores = 64
+	// localStoreIdle is how long a class store must go unused (no take, no
+	// New of its class) before a new class may take its place.
+	localStoreIdle = int64(10 * time.Minute)
+)
 
-	mu   sync.Mutex // guards tats
-	tats map[string]float64
+// localBuckets holds the fallback buckets of one class (or of the overflow
+// classes, see localStores) by bucket key: the TAT of each, in µs since the
+// process start on the monotonic clock (clock.go). The bucket math (takeAll)
+// only needs one origin per store, so this is a valid clock for it; the
+// values are smaller than bucket.go's µs since epochUS, so its precision note
+// holds. A bucket with TAT <= now is full, which is the same as absent.
+//
+// Sharded: localShards maps (fewer when max is smaller), each under its own
+// mutex, a key's shard picked by the hash of its tag, the key up to its
+// first '}' (shardOf). The keys of one request share the client's tag
+// (tg{...}, like the hash tag that keeps them in one Redis Cluster slot), so
+// a take locks one shard and holds it while it decides: all of its
+// buckets are charged or none. Keys of several shards (not the plugin's,
+// but take accepts them) lock each of their shards once, in increasing
+// order, so that two takes never deadlock.
+//
+// Bounded: at most max buckets, max/shards per shard. Inserting into a full
+// shard looks at up to evictLook of its entries (the map's own random
+// order) and drops those full again; if none was, it drops the one nearest
+// to full among them, which restarts full. So a take does bounded work
+// whatever the store holds, and a flood of new clients, each of whom took a
+// token or two, mostly evicts its own buckets before a client's emptied
+// one. (The dropped bucket may be another key of the same take, charged a
+// moment before: the same loss as any other eviction.)
+//
+// Safe for concurrent use. Use newLocalBuckets; the zero value is not
+// usable.
+type localBuckets struct {
+	now      func() int64 // monotonic ns (clock.go); tests inject their own
+	perShard int          // buckets one shard holds at most
+	shards   []*localShard
 }
 
+// localShard is one shard of a store.
+type localShard struct {
+	mu     sync.Mutex         // guards every field
+	tats   map[string]float64 // TAT by key, µs since the process start
+	used   int64              // the latest take that locked it (or touch), monotonic ns
+	looked int                // entries the last eviction looked at (tests)
+}
+
+// newLocalBuckets returns an empty store of at most max buckets (max >= 1).
 func newLocalBuckets(max int) *localBuckets {
-	return &localBuckets{now: time.Now, max: max, tats: make(map[string]float64)}
+	n := localShards
+	if max < n {
+		n = max
+	}
+	lb := &localBuckets{now: monotonic, perShard: max / n}
+	for i := 0; i < n; i++ {
+		lb.shards = append(lb.shards, &localShard{tats: make(map[string]float64)})
+	}
+	return lb
 }
 
 // take is takeAll over the local buckets keys[i] with shapes lims[i]: all
-// charged or none; d receives the decision.
+// charged or none; d receives the decision. A bucket refused and not clamped
+// is left as it was (absent stays absent). keys is not empty (a policy set
+// has a policy or more).
 func (lb *localBuckets) take(keys []string, lims []limit, d []int64) bool {
-	now := float64(lb.now().UnixMicro() - epochUS)
+	k0 := keys[0]
+	j, tag := shardOf(k0, len(lb.shards))
+	for _, k := range keys[1:] {
+		if tag == 0 || len(k) < tag || k[:tag] != k0[:tag] {
+			return lb.takeSpread(keys, lims, d) // not the plugin's keys
+		}
+	}
+	ns := lb.now()
+	now := float64(ns) / 1e3
 	tats := make([]float64, len(keys))
-	lb.mu.Lock()
+	s := lb.shards[j]
+	s.mu.Lock()
+	s.used = ns
 	for i, k := range keys {
-		tats[i] = lb.tats[k]
+		tats[i] = s.tats[k]
 	}
 	ok := takeAll(lims, tats, now, d)
-	for i, k := range keys {
-		if tats[i] == lb.tats[k] {
+	for i, k := range keys { // s.put inlined: under Yaegi the call costs more than the work
+		if tats[i] == s.tats[k] {
 			continue // refused and not clamped: unchanged
 		}
-		if _, present := lb.tats[k]; !present && len(lb.tats) >= lb.max {
-			lb.evict(now)
+		if len(s.tats) >= lb.perShard {
+			if _, present := s.tats[k]; !present {
+				s.makeRoom(now)
+			}
 		}
-		lb.tats[k] = tats[i]
+		s.tats[k] = tats[i]
 	}
-	lb.mu.Unlock()
+	s.mu.Unlock()
 	return ok
 }
 
-// evict makes room; requires lb.mu held.
-func (lb *localBuckets) evict(now float64) {
-	for k, tat := range lb.tats {
-		if tat <= now {
-			delete(lb.tats, k)
+// takeSpread is take over keys of several shards: it locks each once, in
+// increasing order, so that two takes never deadlock.
+func (lb *localBuckets) takeSpread(keys []string, lims []limit, d []int64) bool {
+	idx := make([]int, len(keys)) // the shard of each key
+	for i, k := range keys {
+		idx[i], _ = shardOf(k, len(lb.shards))
+	}
+	held := sortedSet(idx)
+	ns := lb.now()
+	now := float64(ns) / 1e3
+	for _, j := range held {
+		lb.shards[j].mu.Lock()
+	}
+	lb.shards[held[0]].used = ns
+	tats := make([]float64, len(keys))
+	for i, k := range keys {
+		tats[i] = lb.shards[idx[i]].tats[k]
+	}
+	ok := takeAll(lims, tats, now, d)
+	for i, k := range keys {
+		if s := lb.shards[idx[i]]; tats[i] != s.tats[k] {
+			s.put(k, tats[i], now, lb.perShard)
 		}
 	}
-	for k := range lb.tats {
-		if len(lb.tats) < lb.max*3/4 {
+	for _, j := range held {
+		lb.shards[j].mu.Unlock()
+	}
+	return ok
+}
+
+// put stores tat for key, first making room if key is new and the shard
+// holds max. Requires s.mu held.
+func (s *localShard) put(key string, tat, now float64, max int) {
+	if len(s.tats) >= max {
+		if _, present := s.tats[key]; !present {
+			s.makeRoom(now)
+		}
+	}
+	s.tats[key] = tat
+}
+
+// shardOf returns the shard of key among n, by FNV-1a over its hash tag:
+// the bytes up to and including its first '}' (the whole key if it has
+// none), and the tag's length (0 if none). A request's keys share the
+// client's tag (tg{...}, source.go), so take locks one shard.
+func shardOf(key string, n int) (shard, tag int) {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+		if key[i] == '}' {
+			tag = i + 1
 			break
 		}
-		delete(lb.tats, k)
+	}
+	return int(h % uint32(n)), tag
+}
+
+// sortedSet returns the distinct values of idx in increasing order (idx is
+// a take's few shard indexes: insertion sort).
+func sortedSet(idx []int) []int {
+	set := make([]int, 0, len(idx))
+	for _, j := range idx {
+		at := len(set)
+		for at > 0 && set[at-1] >= j {
+			at--
+		}
+		if at < len(set) && set[at] == j {
+			continue
+		}
+		set = append(set, 0)
+		copy(set[at+1:], set[at:])
+		set[at] = j
+	}
+	return set
+}
+
+// makeRoom drops at least one entry, looking at no more than evictLook:
+// those full again at now, else the one nearest to full. Requires s.mu held
+// and s.tats not empty.
+func (s *localShard) makeRoom(now float64) {
+	n, dropped := 0, false
+	var victim string
+	victimTAT := math.Inf(1)
+	for k, tat := range s.tats {
+		if tat <= now {
+			delete(s.tats, k)
+			dropped = true
+		} else if tat < victimTAT {
+			victim, victimTAT = k, tat
+		}
+		if n++; n == evictLook {
+			break
+		}
+	}
+	s.looked = n
+	if !dropped {
+		delete(s.tats, victim)
 	}
 }
 
 // size returns the number of buckets held.
 func (lb *localBuckets) size() int {
-	lb.mu.Lock()
-	defer lb.mu.Unlock()
-	return len(lb.tats)
+	n := 0
+	for _, s := range lb.shards {
+		s.mu.Lock()
+		n += len(s.tats)
+		s.mu.Unlock()
+	}
+	return n
 }
 
-// localStores gives the fallback buckets of each class a store of its own,
-// so that a flood of clients on one middleware cannot evict another's
-// depleted buckets. Safe for concurrent use.
+// idle reports whether the store has gone unused (no take, no touch) for
+// localStoreIdle at now (monotonic ns). It stops at the first shard used
+// since.
+func (lb *localBuckets) idle(now int64) bool {
+	for _, s := range lb.shards {
+		s.mu.Lock()
+		used := s.used
+		s.mu.Unlock()
+		if now-used < localStoreIdle {
+			return false
+		}
+	}
+	return true
+}
+
+// touch marks the store used at now (monotonic ns).
+func (lb *localBuckets) touch(now int64) {
+	s := lb.shards[0]
+	s.mu.Lock()
+	if now > s.used {
+		s.used = now
+	}
+	s.mu.Unlock()
+}
+
+// localStores gives the fallback buckets of each class a store of its own
+// (max buckets each), so that a flood of clients on one middleware cannot
+// evict another class's depleted buckets. Safe for concurrent use; use
+// newLocalStores.
+//
+// Bounded: at most maxLocalStores class stores plus one overflow store, so
+// at most (maxLocalStores+1)*max buckets in all. When a new class asks and
+// the bound is reached, the stores unused for localStoreIdle are forgotten
+// (a handler still holding one keeps using it; a later New of that class
+// gets a new, empty store). If none is idle, the new class gets the
+// overflow store, shared by every class that found no room: those classes
+// can evict each other's buckets, as all classes could when the pod had one
+// store. A class keeps the store forClass gave its handler until a reload.
 type localStores struct {
-	mu      sync.Mutex
-	byClass map[string]*localBuckets
-	one     *localBuckets // until each class has its own
+	now func() int64 // monotonic ns; given to the stores it creates
+	max int          // buckets per store
+
+	mu       sync.Mutex // guards byClass and overflow
+	byClass  map[string]*localBuckets
+	overflow *localBuckets // nil until a class finds no room
 }
 
 func newLocalStores() *localStores {
-	return &localStores{byClass: make(map[string]*localBuckets), one: newLocalBuckets(maxLocalBuckets)}
+	return &localStores{now: monotonic, max: maxLocalBuckets, byClass: make(map[string]*localBuckets)}
 }
 
-// forClass returns the store of class's buckets.
+// forClass returns the store of class's buckets, creating it on first use
+// (called by New, not per request).
 func (s *localStores) forClass(class string) *localBuckets {
-	return s.one
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if lb := s.byClass[class]; lb != nil {
+		lb.touch(now)
+		return lb
+	}
+	if len(s.byClass) >= maxLocalStores {
+		for c, lb := range s.byClass {
+			if lb.idle(now) {
+				delete(s.byClass, c)
+			}
+		}
+	}
+	if len(s.byClass) >= maxLocalStores {
+		if s.overflow == nil {
+			s.overflow = s.newStore()
+		}
+		return s.overflow
+	}
+	lb := s.newStore()
+	lb.touch(now)
+	s.byClass[class] = lb
+	return lb
+}
+
+// newStore returns an empty store on s's clock.
+func (s *localStores) newStore() *localBuckets {
+	lb := newLocalBuckets(s.max)
+	lb.now = s.now
+	return lb
 }
