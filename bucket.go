@@ -14,12 +14,15 @@ package tollgate
 // bucket, or one whose TAT has passed, is full; keys expire at TAT.
 //
 // Clocks. One clock per decision: the shared bucket uses Redis's TIME (never
-// a pod's clock), the local fallback uses the pod's clock. Both clamp time
+// a pod's clock), counted in µs from epochUS; the local fallback uses the
+// pod's monotonic clock (clock.go), counted in µs from the process's start,
+// smaller numbers with the same precision. Both clamp time
 // that runs backwards: a TAT further ahead than capacity (a clock that jumped
 // back, e.g. after a failover to a Redis whose clock is behind) is clamped to
 // capacity, i.e. an empty bucket, never to a longer wait.
 //
-// Precision. Times are float64 µs counted from epochUS (2023-11-14), so they
+// Precision. Times are float64 µs counted from epochUS (2023-11-14) in Redis
+// (from the process's start locally), so they
 // stay below 2^47 µs for years and carry 1/64 µs resolution. Each charge adds
 // at most one rounding of 1/128 µs, so a decision allows a slack of
 // 1 + burst/64 µs: a request that would fit within that much refill time
