@@ -385,12 +385,12 @@ func TestNewWarmsThePool(t *testing.T) {
 }
 
 func TestFirstChecksWaitForTheWarmUpDial(t *testing.T) {
-	// The dial takes 150 ms, the check's budget is 5 ms: a burst that
+	// The dial takes 150 ms, the check's budget 50 ms: a burst that
 	// arrives before the pool's first connection waits for it and is
 	// decided by Redis, on one connection, not by the local fallback.
 	f := startFake(t, "+1 3 0 2000\r\n")
 	atomic.StoreInt64(&f.setName, time.Now().Add(150*time.Millisecond).UnixNano())
-	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Timeout = "5ms" })
+	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Timeout = "50ms" })
 	serveConcurrently(h, t.Name(), 50)
 	if st := h.be.stats(); st.Fallbacks != 0 || st.Failures != 0 || atomic.LoadInt64(&f.evals) != 50 {
 		t.Fatalf("stats %+v, %d evals: want 50 checks answered by Redis", st, f.evals)
