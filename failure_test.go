@@ -466,13 +466,15 @@ func TestLateReplyIsTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)
-	line, err := cn.readLine(time.Now().Add(-time.Second))
+	_ = cn.nc.SetReadDeadline(time.Now().Add(-time.Second))
+	line, err := cn.readLine()
 	if err != nil || string(line) != "+1 3 0 2000\r\n" {
 		t.Fatalf("read past the deadline of a reply received in time: %q, %v; want the reply", line, err)
 	}
 	// With nothing received, the late look times out quickly.
 	start := time.Now()
-	if _, err = cn.readLine(time.Now().Add(-time.Second)); err == nil || !isTimeout(err) || time.Since(start) > 100*time.Millisecond {
+	_ = cn.nc.SetReadDeadline(time.Now().Add(-time.Second))
+	if _, err = cn.readLine(); err == nil || !isTimeout(err) || time.Since(start) > 100*time.Millisecond {
 		t.Fatalf("late read with no reply: %v after %v", err, time.Since(start))
 	}
 }
@@ -509,21 +511,30 @@ func TestFailedWriteDropsTheConnection(t *testing.T) {
 	// Over TLS a write error is permanent (crypto/tls): a check whose
 	// write failed (here its deadline had passed: a starved pod) must not
 	// leave the connection pooled, or every later check on it would fail.
+	// The check itself is tried again on a new connection: Redis never saw
+	// it.
 	f := startFakeTLS(t, "+1 3 0 2000\r\n")
-	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.TLS.InsecureSkipVerify = true; c.Redis.BreakerThreshold = 100 })
+	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.TLS.InsecureSkipVerify = true })
 	c := h.be.client
 	waitConns(t, c, 1)
-	c.now = func() time.Time { return time.Now().Add(-time.Second) }
+	first := c.conns[0]
+	// The clock lags for the write deadline of the next check only.
+	var reads int32
+	c.now = func() time.Time {
+		if atomic.AddInt32(&reads, 1) == 1 {
+			return time.Now().Add(-time.Hour)
+		}
+		return time.Now()
+	}
 	serve(h, t.Name())
-	c.now = time.Now
-	if st := h.be.stats(); st.Fallbacks != 1 {
-		t.Fatalf("stats %+v: the write past its deadline did not fail", st)
+	if first.deadErr() != errOwed {
+		t.Fatalf("the connection whose write failed: dead = %v, want it closed", first.deadErr())
 	}
 	for i := 0; i < 20; i++ {
 		serve(h, fmt.Sprint(t.Name(), i))
 	}
-	if st := h.be.stats(); st.Fallbacks != 1 || atomic.LoadInt64(&f.evals) != 20 {
-		t.Fatalf("stats %+v, %d evals: want the 20 checks after the failed write answered by Redis", st, f.evals)
+	if st := h.be.stats(); st.Fallbacks != 0 || st.Failures != 0 || atomic.LoadInt64(&f.evals) != 21 {
+		t.Fatalf("stats %+v, %d evals: want the check whose write failed and the 20 after it answered by Redis", st, f.evals)
 	}
 }
 

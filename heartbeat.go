@@ -44,7 +44,7 @@ func newInstanceID() string {
 // atomically.
 type heartbeat struct {
 	key   string // tg{hb:<class>}
-	last  int64  // Unix ns of the last heartbeat asked for
+	last  int64  // monotonic ns of the last heartbeat asked for
 	ttlMS int64  // 3 heartbeats, ms, from the latest caller's settings
 	due   int32  // 1: asked for, not yet sent
 	seen  int64  // pods counted by the last heartbeat that succeeded; 0: none yet
@@ -194,6 +194,9 @@ func (b *backend) anyDue() bool {
 func (c *redisClient) heartbeat(batch []*heartbeat) {
 	c.sideMu.Lock()
 	defer c.sideMu.Unlock()
+	if atomic.LoadInt32(&c.sideStale) == 1 {
+		c.closeSide()
+	}
 	if c.side == nil {
 		cn, err := c.dialSafe()
 		if err != nil {

@@ -53,7 +53,7 @@ const pruneEvery = int64(time.Second)
 type redisClient struct {
 	set     redisSettings
 	tlsConf *tls.Config      // nil without TLS
-	now     func() time.Time // time.Now: deadlines; injected in tests
+	now     func() time.Time // time.Now: the checks' deadlines; injected in tests
 	mono    func() int64     // monotonic: idle ages
 
 	dialTimeout time.Duration
@@ -67,8 +67,9 @@ type redisClient struct {
 	dialFailed bool  // the last dial failed, or a connection stopped answering; no dial succeeded since
 	lastPrune  int64 // monotonic ns
 
-	sideMu sync.Mutex // guards side
-	side   *rconn     // the heartbeat's own connection (heartbeat.go)
+	sideMu    sync.Mutex // guards side
+	side      *rconn     // the heartbeat's own connection (heartbeat.go)
+	sideStale int32      // 1: closeIdle asked for side to be closed
 }
 
 func newRedisClient(set redisSettings) (*redisClient, error) {
@@ -91,12 +92,34 @@ func (c *redisClient) setPoolSize(n int) {
 	c.mu.Unlock()
 }
 
-// pick returns the least busy connection, starting a dial when all are
-// busy and the pool may grow. With none open it waits for the dial in
-// progress, unless the last dial failed.
-func (c *redisClient) pick() (*rconn, error) {
+// pick returns the least busy live connection dialled at notBefore
+// (monotonic ns) or later, starting a dial when all are busy and the pool
+// may grow. With none it waits for the dial in progress, unless the last
+// dial failed.
+func (c *redisClient) pick(notBefore int64) (*rconn, error) {
 	c.mu.Lock()
-	for len(c.conns) == 0 {
+	for {
+		var best *rconn
+		load := deadLoad
+		for _, cn := range c.conns {
+			if n := atomic.LoadInt64(&cn.inflight); n < load && cn.born >= notBefore {
+				best, load = cn, n
+				if n == 0 {
+					break
+				}
+			}
+		}
+		if best != nil {
+			if load >= growAt*int64(len(c.conns)) && c.dialing == 0 && len(c.conns) < c.poolSize {
+				c.startDial()
+			}
+			if ns := c.mono(); ns-c.lastPrune >= pruneEvery {
+				c.lastPrune = ns
+				c.pruneIdle(ns)
+			}
+			c.mu.Unlock()
+			return best, nil
+		}
 		if c.dialing == 0 && c.poolSize > 0 {
 			c.startDial()
 		}
@@ -106,22 +129,6 @@ func (c *redisClient) pick() (*rconn, error) {
 		}
 		c.dialDone.Wait() // a dial ends within its budget
 	}
-	best := c.conns[0]
-	load := atomic.LoadInt64(&best.inflight)
-	for i := 1; i < len(c.conns) && load > 0; i++ {
-		if n := atomic.LoadInt64(&c.conns[i].inflight); n < load {
-			best, load = c.conns[i], n
-		}
-	}
-	if load >= growAt*int64(len(c.conns)) && c.dialing == 0 && len(c.conns) < c.poolSize {
-		c.startDial()
-	}
-	if ns := c.mono(); ns-c.lastPrune >= pruneEvery {
-		c.lastPrune = ns
-		c.pruneIdle(ns)
-	}
-	c.mu.Unlock()
-	return best, nil
 }
 
 // startDial dials one connection on a goroutine of its own. Requires c.mu
@@ -149,7 +156,8 @@ func (c *redisClient) dialAsync() {
 	c.mu.Lock()
 	c.dialing--
 	if err == nil {
-		atomic.StoreInt64(&cn.used, c.mono())
+		cn.born = c.mono()
+		atomic.StoreInt64(&cn.used, cn.born)
 		c.conns = append(c.conns, cn)
 		c.dialFailed = false
 	} else {
@@ -237,12 +245,23 @@ func (c *redisClient) closeIdle() {
 	}
 	c.conns = keep
 	c.mu.Unlock()
-	c.sideMu.Lock()
+	// The heartbeat may hold its connection for a dial budget: never wait
+	// for it here (a check may be the caller); it closes it itself.
+	if c.sideMu.TryLock() {
+		c.closeSide()
+		c.sideMu.Unlock()
+	} else {
+		atomic.StoreInt32(&c.sideStale, 1)
+	}
+}
+
+// closeSide closes the heartbeat's connection. Requires c.sideMu held.
+func (c *redisClient) closeSide() {
+	atomic.StoreInt32(&c.sideStale, 0)
 	if c.side != nil {
 		c.side.closeIfIdle()
 		c.side = nil
 	}
-	c.sideMu.Unlock()
 }
 
 // open returns the number of connections open (the heartbeat's included).
@@ -264,8 +283,9 @@ func (c *redisClient) openConns() int {
 // restart), the pool's idle connections are closed too and the call is
 // tried once more on another, or a new one.
 func (c *redisClient) roundTrip(pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration) (*call, error) {
+	var notBefore int64
 	for attempt := 0; ; attempt++ {
-		cn, err := c.pick()
+		cn, err := c.pick(notBefore)
 		if err != nil {
 			return nil, err
 		}
@@ -285,6 +305,10 @@ func (c *redisClient) roundTrip(pre *call, prefix []byte, cmd *command, head []b
 			}
 			return cl, err
 		}
+		// The connections dialled before this one failed are suspect
+		// (a restarted Redis closed them all): the retry takes one dialled
+		// from now on.
+		notBefore = c.mono()
 		c.drop(cn, false)
 		c.closeIdle()
 	}
@@ -294,7 +318,7 @@ func (c *redisClient) roundTrip(pre *call, prefix []byte, cmd *command, head []b
 // server closed it, a write failed), as opposed to a timeout or a reply:
 // the call may be tried again on another connection.
 func connLost(err error) bool {
-	return err == errWrite || err != errTimeout && err != errStale && err != errBadReply && err != errNoScript && err != errRedirect &&
+	return err == errWrite || err != errTimeout && err != errStale && err != errOwed && err != errBadReply && err != errNoScript && err != errRedirect &&
 		err != errReadOnly && err != errQueueFull && err != errDialFailed && !isTimeout(err)
 }
 
@@ -349,7 +373,8 @@ func (c *redisClient) probe(timeout time.Duration) error {
 		cn.mu.Unlock()
 		return err
 	}
-	atomic.StoreInt64(&cn.used, c.mono())
+	cn.born = c.mono()
+	atomic.StoreInt64(&cn.used, cn.born)
 	c.mu.Lock()
 	c.conns = append(c.conns, cn)
 	c.dialFailed = false

@@ -181,7 +181,7 @@ func (b *backend) topologyCheck(cmd *command, key string, d []int64, o *redisSet
 	}
 	cl, err := c.call(cmd, key, o.timeout)
 	if err == errRedirect {
-		return b.redirected(cmd, key, d, cl.line, o)
+		return b.redirected(cmd, key, d, cl.line, c.set.addr, o)
 	}
 	if err != nil {
 		return err
@@ -189,13 +189,18 @@ func (b *backend) topologyCheck(cmd *command, key string, d []int64, o *redisSet
 	return decode(cl.line, d)
 }
 
-// redirected follows a MOVED or ASK reply once: MOVED updates the slot at
-// once (and asks for a refresh), ASK runs the check after ASKING without
-// updating the map.
-func (b *backend) redirected(cmd *command, key string, d []int64, line []byte, o *redisSettings) error {
+// redirected follows a MOVED or ASK reply from the node at from once:
+// MOVED updates the slot at once (and asks for a refresh), ASK runs the
+// check after ASKING without updating the map. A target with no host
+// (Redis's unknown endpoint) is on from's host, as in CLUSTER SLOTS.
+func (b *backend) redirected(cmd *command, key string, d []int64, line []byte, from string, o *redisSettings) error {
 	isAsk, slot, addr, ok := parseRedirect(line)
 	if !ok {
 		return errBadReply
+	}
+	if host, port, _ := net.SplitHostPort(addr); host == "" || host == "?" {
+		fromHost, _, _ := net.SplitHostPort(from)
+		addr = net.JoinHostPort(fromHost, port)
 	}
 	b.topo.mu.Lock()
 	target := b.node(addr, false)

@@ -214,7 +214,7 @@ func TestRedirectedNodesAreBounded(t *testing.T) {
 	for i := 0; i < 3*maxExtraNodes; i++ {
 		seq++
 		line := []byte(fmt.Sprintf("-MOVED %d 127.0.0.1:%d\r\n", keySlot("tg{0123456789}"), 1+seq))
-		_ = be.redirected(set.cmd, "tg{0123456789}", d, line, &be.set)
+		_ = be.redirected(set.cmd, "tg{0123456789}", d, line, aAddr, &be.set)
 		be.topo.mu.Lock()
 		n := len(be.topo.nodes)
 		be.topo.mu.Unlock()
@@ -234,6 +234,7 @@ func TestParseRedirect(t *testing.T) {
 	}{
 		{line: "-MOVED 3999 127.0.0.1:6381\r\n", slot: 3999, addr: "127.0.0.1:6381", valid: true},
 		{line: "-ASK 1 [::1]:7000\r\n", ask: true, slot: 1, addr: "[::1]:7000", valid: true},
+		{line: "-MOVED 2 :7001\r\n", slot: 2, addr: ":7001", valid: true}, // the answering node's host
 		{line: "-MOVED 16384 127.0.0.1:6381\r\n"},
 		{line: "-MOVED -1 127.0.0.1:6381\r\n"},
 		{line: "-MOVED 1 nohost\r\n"},

@@ -51,6 +51,7 @@ var (
 	errConnDead  = errors.New("tollgate: redis connection closed")
 	errQueueFull = errors.New("tollgate: too many checks in flight on one redis connection")
 	errWrite     = errors.New("tollgate: writing to redis failed: connection closed")
+	errOwed      = errors.New("tollgate: redis connection failed with the reply owed")
 	errStale     = errors.New("tollgate: redis owes replies past their deadline: connection closed")
 )
 
@@ -58,10 +59,11 @@ const (
 	// lateGrace is how long a read that timed out looks again for a reply
 	// already received (see lateRead).
 	lateGrace = 200 * time.Microsecond
-	// writeBudget bounds a write blocked on a full socket buffer (a
-	// write normally completes at once, whatever Redis does); generous,
-	// since a write that fails kills the connection.
-	writeBudget = 250 * time.Millisecond
+	// A write blocked on a full socket buffer (Redis not reading) fails
+	// after 10 timeouts, at least minWriteBudget: a write normally
+	// completes at once, whatever Redis does, and one that fails kills the
+	// connection, so the budget is generous.
+	minWriteBudget = 50 * time.Millisecond
 	// maxQueue bounds the calls in flight on one connection.
 	maxQueue = 4096
 	// readerSize is the reply buffer of a connection: the longest legal
@@ -82,18 +84,21 @@ type rconn struct {
 	nc net.Conn
 	br *bufio.Reader // read only by the reader
 
-	rdl  time.Time // the read deadline last set (reader only)
-	part []byte    // a reply line read in part (reader only)
+	part []byte // a reply line read in part (reader only)
 
 	wmu  sync.Mutex // held while a call is queued and written
 	wbuf []byte     // guarded by wmu
 
-	mu       sync.Mutex
-	queue    []*call // written, reply not yet read, in stream order
-	reading  bool    // a check holds the reading role
-	dead     error   // not nil once the stream is unusable
-	inflight int64   // len(queue), read atomically by the pool
-	used     int64   // monotonic ns of the last call written (atomic)
+	mu        sync.Mutex
+	queue     []*call       // written, reply not yet read, in stream order
+	reading   bool          // a check holds the reading role
+	dead      error         // not nil once the stream is unusable
+	inflight  int64         // len(queue), read atomically by the pool; deadLoad once dead
+	mixed     bool          // calls with different timeouts were written on it
+	readUntil time.Time     // the reader's read deadline
+	timeout   time.Duration // the timeout of the calls written so far
+	used      int64         // monotonic ns of the last call written (atomic)
+	born      int64         // monotonic ns when it joined the pool
 }
 
 // call is one request on a connection and, once done, its reply line (a
@@ -139,8 +144,10 @@ func wake(cl *call) {
 // cl's deadline is set once the write returns (clock), plus timeout: a
 // goroutine descheduled before its write does not shorten Redis's budget.
 // A failed write kills the connection (crypto/tls makes write errors
-// permanent, and a partial write breaks the stream) and fails every call
-// on it with errWrite: nothing of theirs is lost, they may be tried again.
+// permanent, and a partial write breaks the stream): this call fails with
+// errWrite (it may be tried again: Redis has not seen it whole), the calls
+// written before it with errOwed (they may have reached Redis: trying them
+// again could charge them twice).
 func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration, clock func() time.Time) error {
 	cn.wmu.Lock()
 	cn.mu.Lock()
@@ -157,24 +164,42 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 		cn.queue = append(cn.queue, pre)
 	}
 	cn.queue = append(cn.queue, cl)
+	if cn.timeout != timeout {
+		cn.mixed = cn.timeout != 0
+		cn.timeout = timeout
+	}
 	atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
 	cn.mu.Unlock()
 	cn.wbuf = append(cn.wbuf[:0], prefix...)
 	if cmd != nil {
 		cn.wbuf = cmd.appendCall(cn.wbuf, head, key)
 	}
-	err := cn.nc.SetWriteDeadline(clock().Add(writeBudget))
+	budget := 10 * timeout
+	if budget < minWriteBudget {
+		budget = minWriteBudget
+	}
+	err := cn.nc.SetWriteDeadline(clock().Add(budget))
 	if err == nil {
 		_, err = cn.nc.Write(cn.wbuf)
 	}
 	sent := clock()
 	cn.mu.Lock()
 	if err != nil {
-		cn.kill(errWrite)
+		// This call (and pre) may be tried again; those written before it
+		// may have reached Redis and must not be charged twice.
+		finish(cl, nil, errWrite)
+		if pre != nil {
+			finish(pre, nil, errWrite)
+		}
+		cn.kill(errOwed)
 	} else {
 		cl.sent, cl.timeout, cl.deadline = sent, timeout, sent.Add(timeout)
 		if pre != nil {
 			pre.sent, pre.timeout, pre.deadline = sent, timeout, cl.deadline
+		}
+		if cn.mixed && cn.reading && cl.deadline.Before(cn.readUntil) {
+			cn.readUntil = cl.deadline
+			_ = cn.nc.SetReadDeadline(cl.deadline)
 		}
 	}
 	cn.mu.Unlock()
@@ -203,10 +228,19 @@ func (cn *rconn) await(cl *call) {
 // reading role taken; returns with cn.mu held and the role released.
 func (cn *rconn) serve(me *call) {
 	for len(cn.queue) > 0 && (!me.done || cn.br.Buffered() > 0) {
-		deadline := cn.oldestDeadline()
+		// The deadline is set under the lock: a call written meanwhile with
+		// an earlier one lowers it (send).
+		cn.readUntil = cn.oldestDeadline()
+		err := cn.nc.SetReadDeadline(cn.readUntil)
 		cn.mu.Unlock()
-		line, err := cn.readLine(deadline)
+		var line []byte
+		if err == nil {
+			line, err = cn.readLine()
+		}
 		cn.mu.Lock()
+		if cn.dead != nil {
+			break // killed meanwhile (a failed write): every call failed
+		}
 		if err != nil {
 			if !isTimeout(err) {
 				cn.kill(err)
@@ -266,20 +300,33 @@ func (cl *call) extend(now time.Time) {
 // calls written before it on its connection.
 const queueWait = 10
 
-// oldestDeadline is the deadline of the first call still waiting (calls
-// are written with increasing deadlines when they share a timeout); a
-// call still being written has none yet: the reader looks again within
+// oldestDeadline is the earliest deadline of the calls still waiting:
+// the first one's when every call on the connection has had the same
+// timeout (calls are written with increasing deadlines), else found by a
+// scan (middlewares with other timeouts share the connection). A call
+// still being written has none yet: the reader looks again within
 // staleAfter. Requires cn.mu held.
 func (cn *rconn) oldestDeadline() time.Time {
+	var earliest time.Time
 	for _, cl := range cn.queue {
-		if !cl.done {
-			if cl.deadline.IsZero() {
-				return time.Now().Add(staleAfter)
-			}
-			return cl.deadline
+		if cl.done {
+			continue
+		}
+		d := cl.deadline
+		if d.IsZero() {
+			d = time.Now().Add(staleAfter)
+		}
+		if earliest.IsZero() || d.Before(earliest) {
+			earliest = d
+		}
+		if !cn.mixed {
+			break
 		}
 	}
-	return cn.queue[0].deadline.Add(staleAfter)
+	if earliest.IsZero() {
+		return cn.queue[0].deadline.Add(staleAfter)
+	}
+	return earliest
 }
 
 // staleAfter is how long past its deadline a connection may owe a reply
@@ -294,6 +341,9 @@ func (cn *rconn) expire(now time.Time) bool {
 		if !cl.done && !cl.deadline.IsZero() && !now.Before(cl.deadline) {
 			finish(cl, nil, errTimeout)
 		}
+	}
+	if len(cn.queue) == 0 {
+		return false
 	}
 	head := cn.queue[0].deadline
 	return !head.IsZero() && now.Sub(head) > staleAfter
@@ -310,8 +360,11 @@ func (cn *rconn) kill(err error) {
 		finish(cl, nil, err)
 	}
 	cn.queue = nil
-	atomic.StoreInt64(&cn.inflight, 0)
+	atomic.StoreInt64(&cn.inflight, deadLoad)
 }
+
+// deadLoad is a dead connection's load: the pool never picks it.
+const deadLoad = int64(1) << 40
 
 // close kills the connection unless calls are in flight on it; it reports
 // whether it did.
@@ -332,20 +385,13 @@ func (cn *rconn) deadErr() error {
 	return cn.dead
 }
 
-// readLine reads one reply line before deadline (reader only). A read
-// that fails part-way keeps what it got (bufio drops it from its buffer),
-// and the next read goes on from there: a reply split over two packets
-// around a deadline stays whole.
-func (cn *rconn) readLine(deadline time.Time) ([]byte, error) {
-	if !deadline.Equal(cn.rdl) {
-		if err := cn.nc.SetReadDeadline(deadline); err != nil {
-			return nil, err
-		}
-		cn.rdl = deadline
-	}
+// readLine reads one reply line before the read deadline (reader only).
+// A read that fails part-way keeps what it got (bufio drops it from its
+// buffer), and the next read goes on from there: a reply split over two
+// packets around a deadline stays whole.
+func (cn *rconn) readLine() ([]byte, error) {
 	line, err := cn.br.ReadSlice('\n')
 	if err != nil && isTimeout(err) {
-		cn.rdl = time.Time{}
 		cn.part = append(cn.part, line...)
 		line, err = lateRead(cn)
 	}

@@ -1,0 +1,182 @@
+package tollgate
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// resetAfter serves PING and SCRIPT LOAD, answering in batches, and resets
+// each connection (RST) life after its handshake: a Redis killed, a proxy
+// resetting, CLIENT KILL, in the middle of pipelined bursts.
+func resetAfter(t *testing.T, life time.Duration) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				var start time.Time
+				var out []byte
+				for {
+					args, err := readCommand(br)
+					if err != nil {
+						return
+					}
+					switch strings.ToUpper(args[0]) {
+					case "SCRIPT":
+						out = append(out, fmt.Sprintf("$40\r\n%s\r\n", bucketSHA)...)
+						start = time.Now()
+					case "PING":
+						out = append(out, "+PONG\r\n"...)
+					default:
+						out = append(out, "+OK\r\n"...)
+					}
+					if br.Buffered() == 0 || len(out) > 2000 {
+						_, _ = c.Write(out)
+						out = out[:0]
+					}
+					if !start.IsZero() && time.Since(start) > life {
+						_ = c.(*net.TCPConn).SetLinger(0)
+						return
+					}
+				}
+			}(c)
+		}
+	}()
+	return l.Addr().String()
+}
+
+func TestResetsMidBurstNeverHangACheck(t *testing.T) {
+	// Connections reset 3 ms into their life under 128 concurrent checks on
+	// a pool of 4: every check returns (an answer or an error), no panic,
+	// and the pool keeps answering.
+	set := redisSettings{addr: resetAfter(t, 3*time.Millisecond), timeout: 50 * time.Millisecond, poolSize: 4}
+	c, err := newRedisClient(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var panics, answered, failed, running int64
+	stop := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	for i := 0; i < 128; i++ {
+		wg.Add(1)
+		atomic.AddInt64(&running, 1)
+		go func() {
+			defer wg.Done()
+			defer atomic.AddInt64(&running, -1)
+			for time.Now().Before(stop) {
+				func() {
+					defer func() {
+						if recover() != nil {
+							atomic.AddInt64(&panics, 1)
+						}
+					}()
+					if _, err := c.roundTrip(nil, pingCmd, nil, nil, "", set.timeout); err != nil {
+						atomic.AddInt64(&failed, 1)
+					} else {
+						atomic.AddInt64(&answered, 1)
+					}
+				}()
+			}
+		}()
+	}
+	for deadline := stop.Add(5 * time.Second); atomic.LoadInt64(&running) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d checks still running 5 s after the load stopped (answered %d, failed %d, panics %d)",
+				atomic.LoadInt64(&running), atomic.LoadInt64(&answered), atomic.LoadInt64(&failed), atomic.LoadInt64(&panics))
+		}
+	}
+	wg.Wait()
+	if panics != 0 || answered == 0 {
+		t.Fatalf("answered %d, failed %d, panics %d: want answers and no panic", answered, failed, panics)
+	}
+}
+
+func TestShortTimeoutIsNotHeldByALongerOne(t *testing.T) {
+	// Two middlewares with other timeouts share a connection to a Redis
+	// that reads and never answers: the 5 ms check gives up at 5 ms, not at
+	// the 500 ms check's deadline written before it.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 4096)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				return
+			}
+		}
+	}()
+	nc, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn := newConn(nc)
+	long, short := newCall(), newCall()
+	if err := cn.send(nil, long, pingCmd, nil, nil, "", 500*time.Millisecond, time.Now); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		cn.mu.Lock()
+		cn.await(long)
+		cn.mu.Unlock()
+	}()
+	time.Sleep(5 * time.Millisecond)
+	start := time.Now()
+	if err := cn.send(nil, short, pingCmd, nil, nil, "", 5*time.Millisecond, time.Now); err != nil {
+		t.Fatal(err)
+	}
+	cn.mu.Lock()
+	cn.await(short)
+	cn.mu.Unlock()
+	if el := time.Since(start); short.err != errTimeout || el > 100*time.Millisecond {
+		t.Fatalf("a 5 ms check behind a 500 ms one: %v after %v; want errTimeout at about 5 ms", short.err, el)
+	}
+}
+
+func TestLostConnectionDoesNotWaitForTheHeartbeat(t *testing.T) {
+	// A heartbeat against a slow Redis holds its connection for up to a
+	// dial budget; a check that finds its connection lost must not wait
+	// for it.
+	f := startFake(t, "+1 3 0 2000\r\n")
+	c, err := newRedisClient(redisSettings{addr: f.l.Addr().String(), timeout: 5 * time.Millisecond, poolSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.warm()
+	waitConns(t, c, 1)
+	c.sideMu.Lock() // as c.heartbeat holds it
+	defer c.sideMu.Unlock()
+	f.down(true) // the server drops its connections
+	start := time.Now()
+	cmd := newCommand([]*policy{mustPolicy(t)}, 4)
+	_ = c.check(cmd, "abcd", make([]int64, decisionLen(1)), 5*time.Millisecond)
+	if el := time.Since(start); el > 500*time.Millisecond {
+		t.Fatalf("a check on a lost connection waited %v for the heartbeat's lock", el)
+	}
+	if atomic.LoadInt32(&c.sideStale) != 1 {
+		t.Fatal("the heartbeat's connection was not marked for closing")
+	}
+}
