@@ -180,7 +180,8 @@ func (c *redisClient) dialAsync() {
 func (c *redisClient) dialSafe() (cn *rconn, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			cn, err = nil, fmt.Errorf("dialing redis %s: recovered from a panic: %v", c.set.addr, r)
+			cn = nil
+			err = fmt.Errorf("dialing redis %s: recovered from a panic: %v", c.set.addr, r)
 		}
 	}()
 	return c.dial(c.now().Add(c.dialTimeout))

@@ -193,9 +193,15 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 		}
 		cn.kill(errOwed)
 	} else {
-		cl.sent, cl.timeout, cl.deadline = sent, timeout, sent.Add(timeout)
+		// One field a statement: Yaegi v0.16.1 drops the first values of a
+		// multiple assignment to fields whose last value is a call.
+		cl.sent = sent
+		cl.timeout = timeout
+		cl.deadline = sent.Add(timeout)
 		if pre != nil {
-			pre.sent, pre.timeout, pre.deadline = sent, timeout, cl.deadline
+			pre.sent = sent
+			pre.timeout = timeout
+			pre.deadline = cl.deadline
 		}
 		if cn.mixed && cn.reading && cl.deadline.Before(cn.readUntil) {
 			cn.readUntil = cl.deadline

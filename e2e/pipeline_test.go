@@ -72,8 +72,11 @@ func TestConcurrentChecksShareRoundTrips(t *testing.T) {
 		if bad != 0 {
 			t.Fatalf("%d of 1280 concurrent checks got a wrong answer", bad)
 		}
-		if perRead < 1.5 {
-			t.Fatalf("EVALSHA per read %.2f: want concurrent checks pipelined on shared connections (several per read)", perRead)
+		// One connection per concurrent check would be 32 and one EVALSHA
+		// per read; pipelined on a few shared ones, Redis reads several
+		// checks at once (fewer under Yaegi, whose checks arrive slower).
+		if perRead < 1.1 || clients > 10 {
+			t.Fatalf("EVALSHA per read %.2f, %d connections: want concurrent checks pipelined on a few shared connections", perRead, clients)
 		}
 		// After SCRIPT FLUSH every pipelined check is answered NOSCRIPT and
 		// sent again as EVAL: nothing fails.
