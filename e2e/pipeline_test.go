@@ -74,8 +74,9 @@ func TestConcurrentChecksShareRoundTrips(t *testing.T) {
 		}
 		// One connection per concurrent check would be 32 and one EVALSHA
 		// per read; pipelined on a few shared ones, Redis reads several
-		// checks at once (fewer under Yaegi, whose checks arrive slower).
-		if perRead < 1.1 || clients > 10 {
+		// compiled checks at once (interpreted ones arrive too slowly to
+		// meet in one read: the connections tell).
+		if clients > 10 || e.kind == "compiled" && perRead < 1.5 {
 			t.Fatalf("EVALSHA per read %.2f, %d connections: want concurrent checks pipelined on a few shared connections", perRead, clients)
 		}
 		// After SCRIPT FLUSH every pipelined check is answered NOSCRIPT and
