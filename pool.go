@@ -113,9 +113,8 @@ func (c *redisClient) pick(notBefore int64) (*rconn, error) {
 			if load >= growAt*int64(len(c.conns)) && c.dialing == 0 && len(c.conns) < c.poolSize {
 				c.startDial()
 			}
-			if ns := c.mono(); ns-c.lastPrune >= pruneEvery {
-				c.lastPrune = ns
-				c.pruneIdle(ns)
+			if len(c.conns) > 1 { // the first connection is never pruned
+				c.maybePrune()
 			}
 			c.mu.Unlock()
 			return best, nil
@@ -128,6 +127,30 @@ func (c *redisClient) pick(notBefore int64) (*rconn, error) {
 			return nil, errDialFailed
 		}
 		c.dialDone.Wait() // a dial ends within its budget
+	}
+}
+
+// first returns the pool's first connection when no call is in flight on
+// it (the common case: checks one at a time), else nil.
+func (c *redisClient) first() *rconn {
+	c.mu.Lock()
+	var cn *rconn
+	if len(c.conns) > 0 && atomic.LoadInt64(&c.conns[0].inflight) == 0 {
+		cn = c.conns[0]
+		if len(c.conns) > 1 {
+			c.maybePrune()
+		}
+	}
+	c.mu.Unlock()
+	return cn
+}
+
+// maybePrune prunes idle connections at most every pruneEvery. Requires
+// c.mu held.
+func (c *redisClient) maybePrune() {
+	if ns := c.mono(); ns-c.lastPrune >= pruneEvery {
+		c.lastPrune = ns
+		c.pruneIdle(ns)
 	}
 }
 
@@ -283,8 +306,7 @@ func (c *redisClient) openConns() int {
 // answering the prefix. On a connection the server had closed (a Redis
 // restart), the pool's idle connections are closed too and the call is
 // tried once more on another, or a new one.
-func (c *redisClient) roundTrip(pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration) (*call, error) {
-	var notBefore int64
+func (c *redisClient) roundTrip(pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration, notBefore int64) (*call, error) {
 	for attempt := 0; ; attempt++ {
 		cn, err := c.pick(notBefore)
 		if err != nil {
@@ -327,19 +349,46 @@ func connLost(err error) bool {
 // in d: EVALSHA, then EVAL when Redis does not hold the script (flushed
 // by SCRIPT FLUSH, a restart or a failover; EVAL caches it again).
 func (c *redisClient) check(cmd *command, key string, d []int64, timeout time.Duration) error {
-	cl, err := c.call(cmd, key, timeout)
+	var notBefore int64
+	if cn := c.first(); cn != nil {
+		ok, err := cn.alone(cmd, key, d, timeout, c.now)
+		if ok && err == nil {
+			return nil
+		}
+		if ok {
+			if dead := cn.deadErr(); dead != nil {
+				c.drop(cn, dead == errStale)
+			}
+			if err != errNoScript && !connLost(err) {
+				return err
+			}
+			if err != errNoScript {
+				// Lost: its siblings are suspect too (see roundTrip).
+				notBefore = c.mono()
+				c.closeIdle()
+			}
+			// NOSCRIPT, or a connection lost: the shared way, which sends
+			// EVAL or tries another connection.
+		}
+	}
+	cl, err := c.roundTrip(nil, nil, cmd, cmd.shaHead, key, timeout, notBefore)
+	if err == errNoScript {
+		cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout, notBefore)
+	}
 	if err != nil {
 		return err
 	}
-	return decode(cl.line, d)
+	err = decode(cl.line, d)
+	releaseCall(cl)
+	return err
 }
 
 // call is check up to the reply: the call, done, with its reply line or
 // error (a redirection's line names its target).
 func (c *redisClient) call(cmd *command, key string, timeout time.Duration) (*call, error) {
-	cl, err := c.roundTrip(nil, nil, cmd, cmd.shaHead, key, timeout)
+	cl, err := c.roundTrip(nil, nil, cmd, cmd.shaHead, key, timeout, 0)
 	if err == errNoScript {
-		cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout)
+		cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout, 0)
 	}
 	return cl, err
 }

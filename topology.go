@@ -283,7 +283,7 @@ func (b *backend) refreshNow() {
 // ASKING and EVAL go in one write.
 func (c *redisClient) checkAsking(cmd *command, key string, d []int64, timeout time.Duration) error {
 	pre := newCall()
-	cl, err := c.roundTrip(pre, askingCmd, cmd, cmd.evalHead, key, timeout)
+	cl, err := c.roundTrip(pre, askingCmd, cmd, cmd.evalHead, key, timeout, 0)
 	if err != nil {
 		return err
 	}

@@ -36,6 +36,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -59,10 +60,7 @@ const (
 	// lateGrace is how long a read that timed out looks again for a reply
 	// already received (see lateRead).
 	lateGrace = 200 * time.Microsecond
-	// A write blocked on a full socket buffer (Redis not reading) fails
-	// after 10 timeouts, at least minWriteBudget: a write normally
-	// completes at once, whatever Redis does, and one that fails kills the
-	// connection, so the budget is generous.
+	// minWriteBudget is the least a write may block (writeBudget).
 	minWriteBudget = 50 * time.Millisecond
 	// maxQueue bounds the calls in flight on one connection.
 	maxQueue = 4096
@@ -94,6 +92,7 @@ type rconn struct {
 	reading   bool          // a check holds the reading role
 	dead      error         // not nil once the stream is unusable
 	inflight  int64         // len(queue), read atomically by the pool; deadLoad once dead
+	solo      call          // the call of a check alone on the connection (alone)
 	mixed     bool          // calls with different timeouts were written on it
 	readUntil time.Time     // the reader's read deadline
 	timeout   time.Duration // the timeout of the calls written so far
@@ -119,7 +118,22 @@ func newConn(nc net.Conn) *rconn {
 	return &rconn{nc: nc, br: bufio.NewReaderSize(nc, readerSize), wbuf: make([]byte, 0, 256)}
 }
 
-func newCall() *call { return &call{wake: make(chan struct{}, 1)} }
+// calls recycles calls (and their channels): a check takes one and gives
+// it back once done and out of its connection's queue (releaseCall).
+var calls = sync.Pool{New: func() interface{} { return &call{wake: make(chan struct{}, 1)} }}
+
+func newCall() *call { return calls.Get().(*call) }
+
+// releaseCall gives cl back for reuse: only a call that was answered (its
+// reply read, so out of the queue) and whose check is done with it.
+func releaseCall(cl *call) {
+	wake := cl.wake
+	line := cl.line[:0]
+	*cl = call{}
+	cl.wake = wake
+	cl.line = line
+	calls.Put(cl)
+}
 
 // finish completes cl and wakes its check. Requires cn.mu held.
 func finish(cl *call, line []byte, err error) {
@@ -174,11 +188,7 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 	if cmd != nil {
 		cn.wbuf = cmd.appendCall(cn.wbuf, head, key)
 	}
-	budget := 10 * timeout
-	if budget < minWriteBudget {
-		budget = minWriteBudget
-	}
-	err := cn.nc.SetWriteDeadline(clock().Add(budget))
+	err := cn.nc.SetWriteDeadline(clock().Add(writeBudget(timeout)))
 	if err == nil {
 		_, err = cn.nc.Write(cn.wbuf)
 	}
@@ -211,6 +221,87 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 	cn.mu.Unlock()
 	cn.wmu.Unlock()
 	return err
+}
+
+// alone is the common case, written for the interpreter's cost model
+// (each call allocates a frame): a check on an idle connection writes its
+// call (cn.solo: nothing to allocate), reads its reply as the reader and
+// decodes it into d, all in this frame and serve's. It reports false,
+// doing nothing, when the connection is busy or dead (the caller then goes
+// the shared way). The decision is decoded before the lock is released:
+// cn.solo is the next check's once the queue is empty.
+func (cn *rconn) alone(cmd *command, key string, d []int64, timeout time.Duration, clock func() time.Time) (bool, error) {
+	cn.wmu.Lock()
+	cn.mu.Lock()
+	if cn.dead != nil || len(cn.queue) > 0 || cn.reading {
+		cn.mu.Unlock()
+		cn.wmu.Unlock()
+		return false, nil
+	}
+	cl := &cn.solo
+	cl.done = false
+	cl.err = nil
+	cl.deadline = time.Time{}
+	cn.queue = append(cn.queue, cl)
+	cn.reading = true
+	atomic.StoreInt64(&cn.inflight, 1)
+	cn.mu.Unlock()
+	cn.wbuf = cmd.appendCall(cn.wbuf[:0], cmd.shaHead, key)
+	err := cn.nc.SetWriteDeadline(clock().Add(writeBudget(timeout)))
+	if err == nil {
+		_, err = cn.nc.Write(cn.wbuf)
+	}
+	sent := clock()
+	cn.mu.Lock()
+	if err != nil {
+		finish(cl, nil, errWrite)
+		cn.kill(errOwed)
+	} else {
+		cl.sent = sent
+		cl.timeout = timeout
+		cl.deadline = sent.Add(timeout)
+	}
+	cn.wmu.Unlock()
+	if !cl.done {
+		// Its reply, read here: the common case costs no more frames.
+		cn.readUntil = cl.deadline
+		err = cn.nc.SetReadDeadline(cl.deadline)
+		cn.mu.Unlock()
+		var line []byte
+		if err == nil {
+			line, err = cn.readLine()
+		}
+		cn.mu.Lock()
+		if err == nil && cn.dead == nil && len(line) >= 3 && line[0] == '+' {
+			cn.pop() // cl, the head: no one else reads
+			cl.done = true
+			err = decode(line, d)
+			cn.release()
+			cn.mu.Unlock()
+			return true, err
+		}
+		if cn.dead == nil {
+			cn.take(line, err) // anything else: as the reader does
+		}
+	}
+	cn.serve(cl)
+	err = cl.err
+	if err == nil {
+		err = decode(cl.line, d)
+	}
+	cn.mu.Unlock()
+	return true, err
+}
+
+// writeBudget bounds a write blocked on a full socket buffer (Redis not
+// reading): 10 timeouts, at least minWriteBudget. A write normally
+// completes at once, whatever Redis does, and one that fails kills the
+// connection, so the budget is generous.
+func writeBudget(timeout time.Duration) time.Duration {
+	if b := 10 * timeout; b > minWriteBudget {
+		return b
+	}
+	return minWriteBudget
 }
 
 // await returns once cl is done, reading replies when no other check
@@ -247,33 +338,53 @@ func (cn *rconn) serve(me *call) {
 		if cn.dead != nil {
 			break // killed meanwhile (a failed write): every call failed
 		}
-		if err != nil {
-			if !isTimeout(err) {
-				cn.kill(err)
-			} else if cn.expire(time.Now()) {
-				cn.kill(errStale)
-			}
-			continue
-		}
-		cl := cn.queue[0]
-		cn.queue[0] = nil
-		cn.queue = cn.queue[1:]
-		atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
-		if len(cn.queue) > 0 {
-			cn.queue[0].extend(time.Now())
-		}
-		switch {
-		case len(line) >= 3 && line[0] == '+':
-			finish(cl, line, nil)
-		case len(line) >= 3 && line[0] == '-':
-			finish(cl, line, replyError(line)) // the line names a redirection's target
-		default:
-			// Not a reply any call of ours gets: the stream cannot be
-			// trusted.
-			finish(cl, nil, errBadReply)
-			cn.kill(errBadReply)
-		}
+		cn.take(line, err)
 	}
+	cn.release()
+}
+
+// take hands what one read gave (a reply line, or the error that ended
+// the read) to the head of the queue. Requires cn.mu held, the reading
+// role, and the connection alive.
+func (cn *rconn) take(line []byte, err error) {
+	if err != nil {
+		if !isTimeout(err) {
+			cn.kill(err)
+		} else if cn.expire(time.Now()) {
+			cn.kill(errStale)
+		}
+		return
+	}
+	cl := cn.pop()
+	switch {
+	case len(line) >= 3 && line[0] == '+':
+		finish(cl, line, nil)
+	case len(line) >= 3 && line[0] == '-':
+		finish(cl, line, replyError(line)) // the line names a redirection's target
+	default:
+		// Not a reply any call of ours gets: the stream cannot be
+		// trusted.
+		finish(cl, nil, errBadReply)
+		cn.kill(errBadReply)
+	}
+}
+
+// pop removes the head of the queue, whose reply just arrived, and gives
+// the next call its whole timeout from now (extend). Requires cn.mu held.
+func (cn *rconn) pop() *call {
+	cl := cn.queue[0]
+	cn.queue[0] = nil
+	cn.queue = cn.queue[1:]
+	atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
+	if len(cn.queue) > 0 {
+		cn.queue[0].extend(time.Now())
+	}
+	return cl
+}
+
+// release gives up the reading role, waking the first check still
+// waiting for its reply to take it. Requires cn.mu held.
+func (cn *rconn) release() {
 	cn.reading = false
 	for _, cl := range cn.queue {
 		if !cl.done && cl.waiting {
@@ -527,6 +638,14 @@ func decode(line []byte, d []int64) error {
 		return errBadReply
 	}
 	body := line[1 : len(line)-2]
+	if len(d) == 4 {
+		// One bucket, the common case: one compiled call parses the line.
+		if n, _ := fmt.Sscan(string(body), &d[0], &d[1], &d[2], &d[3]); n != 4 || d[0]|d[1]|d[2]|d[3] < 0 ||
+			bytes.Count(body, space) != 3 {
+			return errBadReply
+		}
+		return checkDecision(d)
+	}
 	i := 0
 	for k := range d {
 		j := bytes.IndexByte(body[i:], ' ')
@@ -541,6 +660,14 @@ func decode(line []byte, d []int64) error {
 		d[k] = v
 		i = end + 1
 	}
+	return checkDecision(d)
+}
+
+var space = []byte(" ")
+
+// checkDecision refuses a decision no correct script sends: d[0] not 0 or
+// 1, or a refusal that names no wait.
+func checkDecision(d []int64) error {
 	if d[0] > 1 || (d[0] == 0 && !namesWait(d)) {
 		return errBadReply
 	}

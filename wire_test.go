@@ -86,7 +86,7 @@ func TestResetsMidBurstNeverHangACheck(t *testing.T) {
 							atomic.AddInt64(&panics, 1)
 						}
 					}()
-					if _, err := c.roundTrip(nil, pingCmd, nil, nil, "", set.timeout); err != nil {
+					if _, err := c.roundTrip(nil, pingCmd, nil, nil, "", set.timeout, 0); err != nil {
 						atomic.AddInt64(&failed, 1)
 					} else {
 						atomic.AddInt64(&answered, 1)
