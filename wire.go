@@ -247,7 +247,11 @@ func (cn *rconn) alone(cmd *command, key string, d []int64, timeout time.Duratio
 	atomic.StoreInt64(&cn.inflight, 1)
 	cn.mu.Unlock()
 	cn.wbuf = cmd.appendCall(cn.wbuf[:0], cmd.shaHead, key)
-	err := cn.nc.SetWriteDeadline(clock().Add(writeBudget(timeout)))
+	budget := 10 * timeout // writeBudget, inlined
+	if budget < minWriteBudget {
+		budget = minWriteBudget
+	}
+	err := cn.nc.SetWriteDeadline(clock().Add(budget))
 	if err == nil {
 		_, err = cn.nc.Write(cn.wbuf)
 	}
@@ -273,10 +277,16 @@ func (cn *rconn) alone(cmd *command, key string, d []int64, timeout time.Duratio
 		}
 		cn.mu.Lock()
 		if err == nil && cn.dead == nil && len(line) >= 3 && line[0] == '+' {
-			cn.pop() // cl, the head: no one else reads
 			cl.done = true
 			err = decode(line, d)
-			cn.release()
+			if len(cn.queue) == 1 { // cl alone: pop and release, inlined
+				cn.queue = cn.queue[:0]
+				atomic.StoreInt64(&cn.inflight, 0)
+				cn.reading = false
+			} else {
+				cn.pop() // cl, the head: no one else reads
+				cn.release()
+			}
 			cn.mu.Unlock()
 			return true, err
 		}
@@ -641,10 +651,10 @@ func decode(line []byte, d []int64) error {
 	if len(d) == 4 {
 		// One bucket, the common case: one compiled call parses the line.
 		if n, _ := fmt.Sscan(string(body), &d[0], &d[1], &d[2], &d[3]); n != 4 || d[0]|d[1]|d[2]|d[3] < 0 ||
-			bytes.Count(body, space) != 3 {
+			bytes.Count(body, space) != 3 || d[0] > 1 || d[0] == 0 && d[2] == 0 {
 			return errBadReply
 		}
-		return checkDecision(d)
+		return nil
 	}
 	i := 0
 	for k := range d {
