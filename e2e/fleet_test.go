@@ -595,8 +595,11 @@ func TestFleetRedisFrozen(t *testing.T) {
 	p99b, p99s := percentile(base, 99), percentile(stall, 99)
 	t.Logf("p50/p99 latency: %v/%v with Redis, %v/%v while frozen (%d, %d requests)",
 		percentile(base, 50), p99b, percentile(stall, 50), p99s, len(base), len(stall))
-	if p99s-p99b > 6*time.Millisecond {
-		t.Fatalf("frozen Redis added %v at p99, want at most timeout (5 ms) + 1 ms", p99s-p99b)
+	// A check waits at most its timeout for Redis, renewed once when the
+	// reply before it on its connection arrives (a burst pipelined ahead
+	// of it): the checks in flight at the freeze may wait two timeouts.
+	if p99s-p99b > 11*time.Millisecond {
+		t.Fatalf("frozen Redis added %v at p99, want at most two timeouts (5 ms) + 1 ms", p99s-p99b)
 	}
 }
 
