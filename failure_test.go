@@ -309,7 +309,7 @@ func TestIdleConnectionsArePruned(t *testing.T) {
 	c := h.be.client
 	waitConns(t, c, 1) // New's warm-up connection
 	for i := 0; i < 2; i++ {
-		cn, err := c.dialSafe()
+		cn, err := c.dialSafe(true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -567,7 +567,7 @@ func TestDialPanicIsContained(t *testing.T) {
 	// Dials run on the plugin's own goroutines, where a panic would end
 	// Traefik: it becomes a failed dial instead.
 	c := &redisClient{set: redisSettings{addr: "127.0.0.1:1"}, now: func() time.Time { panic("boom") }}
-	if cn, err := c.dialSafe(); cn != nil || err == nil || !strings.Contains(err.Error(), "recovered from a panic: boom") {
+	if cn, err := c.dialSafe(true); cn != nil || err == nil || !strings.Contains(err.Error(), "recovered from a panic: boom") {
 		t.Fatalf("dialSafe with a panicking clock: %v, %v", cn, err)
 	}
 	c.onDialError = func(error) { panic("boom") }

@@ -198,7 +198,7 @@ func (c *redisClient) heartbeat(batch []*heartbeat) {
 		c.closeSide()
 	}
 	if c.side == nil {
-		cn, err := c.dialSafe()
+		cn, err := c.dialSafe(false) // it never runs the script
 		if err != nil {
 			return
 		}

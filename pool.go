@@ -175,7 +175,7 @@ func (c *redisClient) warm() {
 // pool, or reports the failure to onDialError; either way it wakes the
 // checks waiting for a connection.
 func (c *redisClient) dialAsync() {
-	cn, err := c.dialSafe()
+	cn, err := c.dialSafe(true)
 	c.mu.Lock()
 	c.dialing--
 	if err == nil {
@@ -200,14 +200,14 @@ func (c *redisClient) dialAsync() {
 // Traefik's recovers: a panic there (Yaegi's lazily built call wrappers are
 // not safe for concurrent first use; seen once in the tests) would end the
 // whole Traefik process instead of one dial.
-func (c *redisClient) dialSafe() (cn *rconn, err error) {
+func (c *redisClient) dialSafe(loadScript bool) (cn *rconn, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			cn = nil
 			err = fmt.Errorf("dialing redis %s: recovered from a panic: %v", c.set.addr, r)
 		}
 	}()
-	return c.dial(c.now().Add(c.dialTimeout))
+	return c.dial(c.now().Add(c.dialTimeout), loadScript)
 }
 
 // reportDial passes a failed dial to onDialError, recovering a panic as
@@ -402,7 +402,7 @@ var (
 // connection (those pooled may have died with the server): the idle ones
 // are closed, the new one joins the pool.
 func (c *redisClient) probe(timeout time.Duration) error {
-	cn, err := c.dialSafe()
+	cn, err := c.dialSafe(true)
 	if err != nil {
 		return err
 	}

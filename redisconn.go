@@ -76,7 +76,7 @@ func tlsConfig(set redisSettings) (*tls.Config, error) {
 
 // dial connects, authenticates and selects the database, all before
 // deadline, through redigo; then keeps the raw connection for checks.
-func (c *redisClient) dial(deadline time.Time) (*rconn, error) {
+func (c *redisClient) dial(deadline time.Time, loadScript bool) (*rconn, error) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	var raw net.Conn
@@ -92,6 +92,9 @@ func (c *redisClient) dial(deadline time.Time) (*rconn, error) {
 	// burst's first checks on a fresh (or restarted) Redis would otherwise
 	// all be answered NOSCRIPT and all send the script's body again. A user
 	// without +script|load falls back to that (EVAL on NOSCRIPT).
+	if !loadScript {
+		return newConn(raw), nil
+	}
 	sha, err := redis.String(conn.Do("SCRIPT", "LOAD", bucketScript))
 	if err != nil && !strings.HasPrefix(err.Error(), "NOPERM") {
 		_ = raw.Close()
