@@ -186,6 +186,32 @@ func (r *Redis) Clients() (int, error) {
 	return strconv.Atoi(m["connected_clients"])
 }
 
+// ClientsNamed counts the connected clients named name (CLIENT SETNAME)
+// and the others, the connection asking excepted.
+func (r *Redis) ClientsNamed(name string) (named, others int, err error) {
+	v, err := r.Do("CLIENT", "LIST")
+	if err != nil {
+		return 0, 0, err
+	}
+	var list string
+	switch x := v.(type) {
+	case []byte:
+		list = string(x)
+	case string:
+		list = x
+	}
+	for _, l := range strings.Split(list, "\n") {
+		switch {
+		case strings.TrimSpace(l) == "" || strings.Contains(l, "cmd=client|list"):
+		case strings.Contains(l, " name="+name+" "):
+			named++
+		default:
+			others++
+		}
+	}
+	return named, others, nil
+}
+
 // NeedRedis decides what a test does without redis-server: skip, unless
 // CI is set, where it fails.
 func NeedRedis(err error) (skip bool) {

@@ -147,27 +147,11 @@ type wrkResult struct {
 }
 
 // redisConns counts Redis's connected clients: Tollgate's (CLIENT SETNAME
-// tollgate) and the others, this query's excepted.
+// tollgate) and the others, this query's excepted; -1 when it cannot.
 func (b *bench) redisConns() (tollgate, others int) {
-	v, err := b.redis.Do("CLIENT", "LIST")
-	var list string
-	switch x := v.(type) {
-	case []byte:
-		list = string(x)
-	case string:
-		list = x
-	}
+	tollgate, others, err := b.redis.ClientsNamed("tollgate")
 	if err != nil {
 		return -1, -1
-	}
-	for _, l := range strings.Split(list, "\n") {
-		switch {
-		case strings.TrimSpace(l) == "" || strings.Contains(l, "cmd=client|list"):
-		case strings.Contains(l, " name=tollgate "):
-			tollgate++
-		default:
-			others++
-		}
 	}
 	return tollgate, others
 }

@@ -82,18 +82,8 @@ func pipelineRow(r *e2e.Redis, h http.Handler, name string, c, n, before int) st
 
 // tollgateConns counts Redis's clients named tollgate.
 func tollgateConns(r *e2e.Redis) int {
-	v, err := r.Do("CLIENT", "LIST")
-	if err != nil {
-		return 0
-	}
-	var list string
-	switch x := v.(type) {
-	case []byte:
-		list = string(x)
-	case string:
-		list = x
-	}
-	return strings.Count(list, " name=tollgate ")
+	n, _, _ := r.ClientsNamed("tollgate")
+	return n
 }
 
 func readsProcessed(r *e2e.Redis) int64 {
