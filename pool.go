@@ -350,6 +350,7 @@ func connLost(err error) bool {
 // by SCRIPT FLUSH, a restart or a failover; EVAL caches it again).
 func (c *redisClient) check(cmd *command, key string, d []int64, timeout time.Duration) error {
 	var notBefore int64
+	head := cmd.shaHead
 	if cn := c.first(); cn != nil {
 		ok, err := cn.alone(cmd, key, d, timeout, c.now)
 		if ok && err == nil {
@@ -359,19 +360,20 @@ func (c *redisClient) check(cmd *command, key string, d []int64, timeout time.Du
 			if dead := cn.deadErr(); dead != nil {
 				c.drop(cn, dead == errStale)
 			}
-			if err != errNoScript && !connLost(err) {
-				return err
-			}
-			if err != errNoScript {
-				// Lost: its siblings are suspect too (see roundTrip).
+			switch {
+			case err == errNoScript:
+				head = cmd.evalHead // Redis just said it: no second EVALSHA
+			case connLost(err):
+				// Its siblings are suspect too (see roundTrip).
 				notBefore = c.mono()
 				c.closeIdle()
+			default:
+				return err
 			}
-			// NOSCRIPT, or a connection lost: the shared way, which sends
-			// EVAL or tries another connection.
+			// The shared way, which sends EVAL or tries another connection.
 		}
 	}
-	cl, err := c.roundTrip(nil, nil, cmd, cmd.shaHead, key, timeout, notBefore)
+	cl, err := c.roundTrip(nil, nil, cmd, head, key, timeout, notBefore)
 	if err == errNoScript {
 		cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout, notBefore)
 	}
