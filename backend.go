@@ -49,34 +49,64 @@ type backend struct {
 }
 
 // check asks Redis, through the breaker, for decision d, with the caller's
-// timeout and breaker settings, and records the outcome. The
-// closed-breaker test is inlined; failures are handled by failed (the hot
-// path stays small, see Tollgate.ServeHTTP).
+// timeout and breaker settings, and records the outcome (redisCheck).
+func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
+	return redisCheck(b, cmd, key, d, o, hb)
+}
+
+// redisCheck is backend.check, written for the hot path (see
+// Tollgate.ServeHTTP): the common case, a standalone Redis with its breaker
+// closed, is a plain function with the breaker's bookkeeping inlined;
+// topologies, an open breaker and failures are out of line.
 //
 // hb, when not nil, is the caller's class heartbeat: a successful check
 // starts one when it is due (heartbeat.go).
-func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
+func redisCheck(b *backend, cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
 	ns := b.now()
 	atomic.StoreInt64(&b.lastUsed, ns)
+	if b.client == nil || atomic.LoadInt64(&b.breaker.nextProbe) != 0 {
+		return b.checkOther(cmd, key, d, o, hb, ns)
+	}
+	if err := poolCheck(b.client, cmd, key, d, o.timeout, ns); err != nil {
+		b.failed(b.now(), err, o)
+		return err
+	}
+	br := b.breaker
+	if ns-atomic.LoadInt64(&br.window) >= breakerWindow {
+		br.roll(ns)
+	}
+	atomic.AddInt64(&br.checks, 1)
+	if atomic.LoadInt64(&br.nextProbe) != 0 {
+		atomic.StoreInt64(&br.nextProbe, 0) // opened meanwhile: Redis answers (breaker.success)
+	}
+	if hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
+		b.beat(hb, ns, o)
+	}
+	return nil
+}
+
+// checkOther is redisCheck for a topology (sentinel, cluster) or while
+// the breaker is open.
+func (b *backend) checkOther(cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat, ns int64) error {
 	if atomic.LoadInt64(&b.breaker.nextProbe) != 0 && !b.breaker.allow(ns, o.probeNS) {
 		b.skip()
 		return errBreakerOpen
 	}
 	var err error
 	if b.base.mode == modeStandalone {
-		err = b.client.check(cmd, key, d, o.timeout)
+		err = poolCheck(b.client, cmd, key, d, o.timeout, ns)
 	} else {
 		err = b.topologyCheck(cmd, key, d, o)
 	}
 	if err != nil {
 		b.failed(b.now(), err, o)
-	} else {
-		b.breaker.success(ns)
-		if hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
-			b.beat(hb, ns, o)
-		}
+		return err
 	}
-	return err
+	b.breaker.success(ns)
+	if hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
+		b.beat(hb, ns, o)
+	}
+	return nil
 }
 
 // skip counts a check the open breaker did not send, and makes sure the

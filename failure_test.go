@@ -462,7 +462,7 @@ func TestLateReplyIsTaken(t *testing.T) {
 	waitConns(t, c, 1)
 	cn := c.conns[0]
 	key := "tg{0123456789}"
-	if _, err := cn.nc.Write(h.top.cmd.appendCall(nil, h.top.cmd.shaHead, key)); err != nil {
+	if _, err := cn.nc.Write(appendCall(nil, h.top.cmd, h.top.cmd.shaHead, key)); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(20 * time.Millisecond)

@@ -62,6 +62,14 @@ type policySet struct {
 	policyHeader string
 	failClosed   bool       // some policy fails closed
 	denied       *denyCache // Redis's refusals still in force, by client key
+
+	// The hot path's headers (ServeHTTP): plain when an admitted request
+	// takes them (IETF headers of one policy, or no headers); then
+	// policyValue is the RateLimit-Policy value (nil: no headers) and
+	// rPrefix starts the RateLimit value.
+	plain       bool
+	policyValue []string
+	rPrefix     string
 }
 
 // New builds the middleware. It validates and compiles cfg; it dials nothing.
@@ -81,12 +89,13 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 		t.hb = t.be.heartbeatFor(set.class, t.be.now())
 	}
 	if set.top != nil {
-		t.top = newPolicySet([]*policy{set.top}, set.keyLen)
+		t.top = withHeaders(newPolicySet([]*policy{set.top}, set.keyLen), set.headers)
 	}
 	return t, nil
 }
 
-// newPolicySet prepares ps for client keys of keyLen bytes.
+// newPolicySet prepares ps for client keys of keyLen bytes (headers: see
+// withHeaders).
 func newPolicySet(ps []*policy, keyLen int) *policySet {
 	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps)), denied: newDenyCache(maxDenials)}
 	for _, p := range ps {
@@ -94,6 +103,17 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 		s.failClosed = s.failClosed || p.failClosed
 	}
 	s.cmd = newCommand(ps, keyLen)
+	return s
+}
+
+// withHeaders prepares s's hot-path headers for the headers mode (see
+// settings.headers) and returns s.
+func withHeaders(s *policySet, headers int) *policySet {
+	s.plain = headers == 0 || headers == headersIETF && len(s.ps) == 1
+	if headers == headersIETF && len(s.ps) == 1 {
+		s.policyValue = []string{s.policyHeader}
+		s.rPrefix = s.quoted[0] + ";r="
+	}
 	return s
 }
 
@@ -140,7 +160,7 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 		}
 		bit <<= 1
 	}
-	s := newPolicySet(ps, t.set.keyLen)
+	s := withHeaders(newPolicySet(ps, t.set.keyLen), t.set.headers)
 	t.sets[mask] = s
 	return s
 }
@@ -164,11 +184,15 @@ func (p *policy) matches(req *http.Request) bool {
 // ServeHTTP charges the request to its buckets, sets the headers, and either
 // calls next with the original ResponseWriter or refuses.
 //
-// This is the hot path, written for the interpreter: under Yaegi a call
-// allocates a frame with room for every value its function holds, taken
-// branches or not, so the functions on this path are small and the cold
-// paths (fallback, refusals, NOSCRIPT, errors, legacy headers) live in
-// functions of their own.
+// This is the hot path, written for the interpreter's cost model (measured
+// by yaegi-costs): a call on an interpreted method costs 3-5 times a plain
+// function's and allocates a frame holding every value of the function,
+// taken branches or not, while field reads, map gets and header map
+// assignments are nearly free. So the common case (admitted by Redis, or by
+// the local fallback, IETF headers) runs through a few plain functions
+// with explicit arguments, the headers are assigned as prepared values, and
+// everything else (refusals, 503s, other header modes, rules, shards) is
+// out of line in answer.
 func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	set := t.top
 	if len(t.set.rules) > 0 {
@@ -179,17 +203,34 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		return
 	}
 	d := make([]int64, set.decisionLen)
-	key := clientKey(t.set.class, t.set.source.identity(req))
-	rkey := key // the key in Redis: one shard's when sharded
-	if t.set.shards > 1 {
-		rkey = t.set.shardKey(key)
+	how := decide(t, set, req, d)
+	if how > decidedLocal || d[0] != 1 || !set.plain {
+		t.answer(rw, req, set, d, how)
+		return
 	}
-	how := decidedCache
-	if atomic.LoadInt64(&set.denied.n) == 0 || !set.denied.lookup(rkey, d) {
-		how = t.decide(set, rkey, key, d)
+	h := rw.Header()
+	if set.policyValue != nil {
+		h[hdrPolicy] = set.policyValue
+		h[hdrRateLimit] = []string{set.rPrefix + strconv.FormatInt(d[1], 10) + ";t=" + strconv.FormatInt((d[2]+999)/1000, 10)}
 	}
 	if t.set.decision != "" {
-		rw.Header().Set(t.set.decision, decisionNames[how])
+		h[t.set.decision] = decisionValues[how]
+	}
+	t.next.ServeHTTP(rw, req)
+}
+
+// Canonical header names, for map assignment (the hot path's headers).
+const (
+	hdrPolicy    = "Ratelimit-Policy"
+	hdrRateLimit = "Ratelimit"
+)
+
+// answer is ServeHTTP for every case but the common one: a refusal (from
+// Redis, the deny cache or the fallback), a 503, header modes other than
+// IETF alone or several policies.
+func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policySet, d []int64, how int) {
+	if t.set.decision != "" {
+		rw.Header()[t.set.decision] = decisionValues[how]
 	}
 	if how == decidedUnavailable {
 		t.refuseUnavailable(rw, set)
@@ -199,9 +240,6 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		setHeaders(rw.Header(), t.set.headers, set, d)
 	}
 	if d[0] != 1 {
-		if how == decidedRedis {
-			set.denied.remember(rkey, d)
-		}
 		writeQuotaExceeded(rw, set, d)
 		return
 	}
@@ -233,21 +271,35 @@ const (
 	decidedCache // a refusal from Redis still in force (denycache.go)
 )
 
-var decisionNames = [...]string{"redis", "local", "unavailable", "cache"}
+// decisionValues are the DecisionHeader values by decision, assigned to the
+// header map as they are (each has no spare capacity: an append copies).
+var decisionValues = [...][]string{{"redis"}, {"local"}, {"unavailable"}, {"cache"}}
 
 // decide charges the request's buckets into decision d: in Redis (under
-// rkey, the client's key or one of its shards'), or, when Redis is
-// unavailable, in the local fallback under key (failure policy: see
-// fallback.go). It returns decidedUnavailable when Redis is unavailable and
-// a policy fails closed.
-func (t *Tollgate) decide(set *policySet, rkey, key string, d []int64) int {
-	if t.be.check(set.cmd, rkey, d, &t.set.redis, t.hb) == nil {
-		if t.set.shards > 1 {
-			scaleRemaining(d, t.set.shards)
-		}
-		return decidedRedis
+// the client's key, or one of its shards' when sharded), or, when Redis is
+// unavailable, in the local fallback (failure policy: see fallback.go). A
+// refusal still in force is answered from the deny cache, and one from
+// Redis is remembered there. It returns decidedUnavailable when Redis is
+// unavailable and a policy fails closed.
+func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
+	key := requestKey(t.set, req)
+	rkey := key
+	if t.set.shards > 1 {
+		rkey = t.set.shardKey(key)
 	}
-	return t.fallback(set, key, d)
+	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(rkey, d) {
+		return decidedCache
+	}
+	if redisCheck(t.be, set.cmd, rkey, d, &t.set.redis, t.hb) != nil {
+		return t.fallback(set, key, d)
+	}
+	if t.set.shards > 1 {
+		scaleRemaining(d, t.set.shards)
+	}
+	if d[0] != 1 {
+		set.denied.remember(rkey, d)
+	}
+	return decidedRedis
 }
 
 // scaleRemaining turns a shard's remaining tokens into the client's

@@ -33,13 +33,6 @@ var (
 // stays).
 const idleTimeout = time.Minute
 
-// growAt sets when the pool grows: when its least busy connection has
-// growAt calls in flight per connection open. So n connections carry
-// about growAt*n*n checks at once before one more is dialled: a few
-// connections for a burst of hundreds (pipelining makes a deep queue
-// cheap), up to poolSize.
-const growAt = 2
-
 // pruneEvery spaces the pool's looks for idle connections.
 const pruneEvery = int64(time.Second)
 
@@ -110,12 +103,9 @@ func (c *redisClient) pick(notBefore int64) (*rconn, error) {
 			}
 		}
 		if best != nil {
-			if load >= growAt*int64(len(c.conns)) && c.dialing == 0 && len(c.conns) < c.poolSize {
-				c.startDial()
-			}
-			if len(c.conns) > 1 { // the first connection is never pruned
-				c.maybePrune()
-			}
+			ns := c.mono()
+			atomic.StoreInt64(&best.used, ns)
+			c.tend(load > 0, ns)
 			c.mu.Unlock()
 			return best, nil
 		}
@@ -127,30 +117,6 @@ func (c *redisClient) pick(notBefore int64) (*rconn, error) {
 			return nil, errDialFailed
 		}
 		c.dialDone.Wait() // a dial ends within its budget
-	}
-}
-
-// first returns the pool's first connection when no call is in flight on
-// it (the common case: checks one at a time), else nil.
-func (c *redisClient) first() *rconn {
-	c.mu.Lock()
-	var cn *rconn
-	if len(c.conns) > 0 && atomic.LoadInt64(&c.conns[0].inflight) == 0 {
-		cn = c.conns[0]
-		if len(c.conns) > 1 {
-			c.maybePrune()
-		}
-	}
-	c.mu.Unlock()
-	return cn
-}
-
-// maybePrune prunes idle connections at most every pruneEvery. Requires
-// c.mu held.
-func (c *redisClient) maybePrune() {
-	if ns := c.mono(); ns-c.lastPrune >= pruneEvery {
-		c.lastPrune = ns
-		c.pruneIdle(ns)
 	}
 }
 
@@ -346,33 +312,79 @@ func connLost(err error) bool {
 }
 
 // check runs the bucket script for the client key and stores the decision
-// in d: EVALSHA, then EVAL when Redis does not hold the script (flushed
-// by SCRIPT FLUSH, a restart or a failover; EVAL caches it again).
+// in d (poolCheck).
 func (c *redisClient) check(cmd *command, key string, d []int64, timeout time.Duration) error {
-	var notBefore int64
-	head := cmd.shaHead
-	if cn := c.first(); cn != nil {
-		ok, err := cn.alone(cmd, key, d, timeout, c.now)
-		if ok && err == nil {
-			return nil
-		}
-		if ok {
-			if dead := cn.deadErr(); dead != nil {
-				c.drop(cn, dead == errStale)
-			}
-			switch {
-			case err == errNoScript:
-				head = cmd.evalHead // Redis just said it: no second EVALSHA
-			case connLost(err):
-				// Its siblings are suspect too (see roundTrip).
-				notBefore = c.mono()
-				c.closeIdle()
-			default:
-				return err
-			}
-			// The shared way, which sends EVAL or tries another connection.
+	return poolCheck(c, cmd, key, d, timeout, c.mono())
+}
+
+// poolCheck is the hot path of a check on this node (see
+// Tollgate.ServeHTTP), at monotonic ns: it takes an idle connection and
+// runs alone on it (solo); when none is idle, the pool grows and the check
+// pipelines on the least busy connection (shared).
+func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time.Duration, ns int64) error {
+	var cn *rconn
+	c.mu.Lock()
+	for _, x := range c.conns {
+		if atomic.LoadInt64(&x.inflight) == 0 {
+			cn = x
+			atomic.StoreInt64(&cn.used, ns)
+			break
 		}
 	}
+	if cn == nil || ns-c.lastPrune >= pruneEvery {
+		c.tend(cn == nil, ns)
+	}
+	c.mu.Unlock()
+	if cn != nil {
+		if ok, err := solo(cn, cmd, key, d, timeout, c.now); ok {
+			if err != nil {
+				return c.soloFailed(cn, cmd, key, d, timeout, err)
+			}
+			return nil
+		}
+	}
+	return c.shared(cmd, key, d, timeout, cmd.shaHead, 0)
+}
+
+// tend grows the pool when no connection is idle (busy), and prunes idle
+// connections at most every pruneEvery. Requires c.mu held.
+func (c *redisClient) tend(busy bool, ns int64) {
+	if busy && c.dialing == 0 && len(c.conns) > 0 && len(c.conns) < c.poolSize {
+		c.startDial()
+	}
+	if ns-c.lastPrune >= pruneEvery {
+		c.lastPrune = ns
+		if len(c.conns) > 1 {
+			c.pruneIdle(ns)
+		}
+	}
+}
+
+// soloFailed goes on after a check that ran alone on cn failed with err:
+// NOSCRIPT is answered by EVAL; a connection lost (a Redis restart) closes
+// its idle siblings too and the check is tried again, on the shared way
+// (see roundTrip); any other error is the check's.
+func (c *redisClient) soloFailed(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration, err error) error {
+	if dead := cn.deadErr(); dead != nil {
+		c.drop(cn, dead == errStale)
+	}
+	var notBefore int64
+	head := cmd.shaHead
+	switch {
+	case err == errNoScript:
+		head = cmd.evalHead // Redis just said it: no second EVALSHA
+	case connLost(err):
+		notBefore = c.mono()
+		c.closeIdle()
+	default:
+		return err
+	}
+	return c.shared(cmd, key, d, timeout, head, notBefore)
+}
+
+// shared runs a check the shared way (roundTrip), starting with head
+// (EVALSHA or EVAL), on connections dialled at notBefore or later.
+func (c *redisClient) shared(cmd *command, key string, d []int64, timeout time.Duration, head []byte, notBefore int64) error {
 	cl, err := c.roundTrip(nil, nil, cmd, head, key, timeout, notBefore)
 	if err == errNoScript {
 		cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout, notBefore)

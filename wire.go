@@ -36,7 +36,6 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
-	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -186,7 +185,7 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 	cn.mu.Unlock()
 	cn.wbuf = append(cn.wbuf[:0], prefix...)
 	if cmd != nil {
-		cn.wbuf = cmd.appendCall(cn.wbuf, head, key)
+		cn.wbuf = appendCall(cn.wbuf, cmd, head, key)
 	}
 	err := cn.nc.SetWriteDeadline(clock().Add(writeBudget(timeout)))
 	if err == nil {
@@ -223,14 +222,14 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 	return err
 }
 
-// alone is the common case, written for the interpreter's cost model
-// (each call allocates a frame): a check on an idle connection writes its
-// call (cn.solo: nothing to allocate), reads its reply as the reader and
-// decodes it into d, all in this frame and serve's. It reports false,
-// doing nothing, when the connection is busy or dead (the caller then goes
-// the shared way). The decision is decoded before the lock is released:
+// solo is the common case, a check on an idle connection, written for the
+// interpreter's cost model (see Tollgate.ServeHTTP): it writes its call
+// (cn.solo: nothing to allocate), reads its reply as the reader and
+// decodes it into d, all in this one frame. It reports false, doing
+// nothing, when the connection is busy or dead (the caller then goes the
+// shared way). The decision is decoded before the lock is released:
 // cn.solo is the next check's once the queue is empty.
-func (cn *rconn) alone(cmd *command, key string, d []int64, timeout time.Duration, clock func() time.Time) (bool, error) {
+func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration, clock func() time.Time) (bool, error) {
 	cn.wmu.Lock()
 	cn.mu.Lock()
 	if cn.dead != nil || len(cn.queue) > 0 || cn.reading {
@@ -246,7 +245,7 @@ func (cn *rconn) alone(cmd *command, key string, d []int64, timeout time.Duratio
 	cn.reading = true
 	atomic.StoreInt64(&cn.inflight, 1)
 	cn.mu.Unlock()
-	cn.wbuf = cmd.appendCall(cn.wbuf[:0], cmd.shaHead, key)
+	cn.wbuf = appendCall(cn.wbuf[:0], cmd, cmd.shaHead, key)
 	budget := 10 * timeout // writeBudget, inlined
 	if budget < minWriteBudget {
 		budget = minWriteBudget
@@ -273,7 +272,10 @@ func (cn *rconn) alone(cmd *command, key string, d []int64, timeout time.Duratio
 		cn.mu.Unlock()
 		var line []byte
 		if err == nil {
-			line, err = cn.readLine()
+			line, err = cn.br.ReadSlice('\n')
+			if err != nil || len(cn.part) > 0 {
+				line, err = cn.readMore(line, err)
+			}
 		}
 		cn.mu.Lock()
 		if err == nil && cn.dead == nil && len(line) >= 3 && line[0] == '+' {
@@ -518,6 +520,15 @@ func (cn *rconn) deadErr() error {
 // packets around a deadline stays whole.
 func (cn *rconn) readLine() ([]byte, error) {
 	line, err := cn.br.ReadSlice('\n')
+	if err != nil || len(cn.part) > 0 {
+		return cn.readMore(line, err)
+	}
+	return line, nil
+}
+
+// readMore is readLine after the first read: a read that timed out (see
+// lateRead), failed, or ends a line begun before.
+func (cn *rconn) readMore(line []byte, err error) ([]byte, error) {
 	if err != nil && isTimeout(err) {
 		cn.part = append(cn.part, line...)
 		line, err = lateRead(cn)
@@ -628,9 +639,9 @@ func newCommand(ps []*policy, keyLen int) *command {
 	return cmd
 }
 
-// appendCall appends the call that starts with head (shaHead or evalHead)
-// for the client key.
-func (cmd *command) appendCall(b, head []byte, key string) []byte {
+// appendCall appends cmd's call that starts with head (shaHead or
+// evalHead) for the client key.
+func appendCall(b []byte, cmd *command, head []byte, key string) []byte {
 	b = append(b, head...)
 	b = append(b, key...)
 	for _, m := range cmd.mid {
@@ -641,39 +652,46 @@ func (cmd *command) appendCall(b, head []byte, key string) []byte {
 }
 
 // decode parses a decision's status line ("+1 4 0 1000\r\n", at least 3
-// bytes) into d and checks it: len(d) non-negative integers, d[0] 0 or 1,
-// and a refusal names a wait.
+// bytes) into d and checks it: len(d) non-negative integers of 1 to
+// maxDigits digits, single spaces between them, d[0] 0 or 1, and a refusal
+// names a wait. One pass and no call: the interpreter's cheapest parse
+// (fmt.Sscan boxes every target; strconv is a call per number).
 func decode(line []byte, d []int64) error {
-	if len(line) < 4 || line[len(line)-2] != '\r' {
+	end := len(line) - 2
+	if end < 2 || line[end] != '\r' {
 		return errBadReply
 	}
-	body := line[1 : len(line)-2]
-	if len(d) == 4 {
-		// One bucket, the common case: one compiled call parses the line.
-		if n, _ := fmt.Sscan(string(body), &d[0], &d[1], &d[2], &d[3]); n != 4 || d[0]|d[1]|d[2]|d[3] < 0 ||
-			bytes.Count(body, space) != 3 || d[0] > 1 || d[0] == 0 && d[2] == 0 {
+	k := 0
+	start := 1 // where the number being read starts
+	var v int64
+	for i := 1; i <= end; i++ {
+		c := line[i]
+		if c == ' ' || i == end {
+			if i == start || i-start > maxDigits || k == len(d) || c == ' ' && k == len(d)-1 {
+				return errBadReply
+			}
+			d[k] = v
+			k++
+			v = 0
+			start = i + 1
+		} else if c -= '0'; c <= 9 {
+			v = v*10 + int64(c)
+		} else {
 			return errBadReply
 		}
-		return nil
 	}
-	i := 0
-	for k := range d {
-		j := bytes.IndexByte(body[i:], ' ')
-		end := i + j
-		if j < 0 {
-			end = len(body)
-		}
-		v, err := strconv.ParseInt(string(body[i:end]), 10, 64)
-		if err != nil || v < 0 || (j < 0) != (k == len(d)-1) {
-			return errBadReply
-		}
-		d[k] = v
-		i = end + 1
+	if k != len(d) {
+		return errBadReply
 	}
-	return checkDecision(d)
+	if d[0] != 1 {
+		return checkDecision(d)
+	}
+	return nil
 }
 
-var space = []byte(" ")
+// maxDigits bounds a number of a decision (an int64 holds 18 digits
+// whatever they are).
+const maxDigits = 18
 
 // checkDecision refuses a decision no correct script sends: d[0] not 0 or
 // 1, or a refusal that names no wait.

@@ -3,7 +3,9 @@ package tollgate
 import (
 	"bufio"
 	"fmt"
+	"math/rand"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -178,5 +180,61 @@ func TestLostConnectionDoesNotWaitForTheHeartbeat(t *testing.T) {
 	}
 	if atomic.LoadInt32(&c.sideStale) != 1 {
 		t.Fatal("the heartbeat's connection was not marked for closing")
+	}
+}
+
+// TestDecodeAgreesWithFields checks the hand-written parse against
+// strings.Fields and strconv on lines near the valid ones: digits, spaces,
+// signs, long numbers, missing or extra numbers.
+func TestDecodeAgreesWithFields(t *testing.T) {
+	oracle := func(line string, n int) ([]int64, bool) {
+		if len(line) < 4 || line[0] != '+' || !strings.HasSuffix(line, "\r\n") {
+			return nil, false
+		}
+		body := line[1 : len(line)-2]
+		f := strings.Split(body, " ")
+		if len(f) != n {
+			return nil, false
+		}
+		d := make([]int64, n)
+		for i, s := range f {
+			if s == "" || len(s) > maxDigits || strings.Trim(s, "0123456789") != "" {
+				return nil, false
+			}
+			d[i], _ = strconv.ParseInt(s, 10, 64)
+		}
+		return d, checkDecision(d) == nil
+	}
+	numbers := []string{"0", "1", "2", "9", "10", "123456789", "999999999999999999", "1000000000000000000", ""}
+	noise := []string{" ", "-", "+", "x", "\r", "\n", "1"}
+	r := rand.New(rand.NewSource(1))
+	valid := 0
+	for i := 0; i < 200000; i++ {
+		n := 1 + 3*(1+r.Intn(2))
+		var b strings.Builder
+		b.WriteString("+")
+		for j := n - 1 + r.Intn(3); j >= 0; j-- {
+			b.WriteString(numbers[r.Intn(len(numbers))])
+			if r.Intn(8) == 0 {
+				b.WriteString(noise[r.Intn(len(noise))])
+			}
+			if j > 0 {
+				b.WriteString(" ")
+			}
+		}
+		b.WriteString("\r\n")
+		line := b.String()
+		want, ok := oracle(line, n)
+		d := make([]int64, n)
+		err := decode([]byte(line), d)
+		if ok != (err == nil) || ok && fmt.Sprint(d) != fmt.Sprint(want) {
+			t.Fatalf("decode(%q) into %d: %v %v, want ok=%v %v", line, n, d, err, ok, want)
+		}
+		if ok {
+			valid++
+		}
+	}
+	if valid < 1000 {
+		t.Fatalf("only %d valid lines of 200000: the test says little", valid)
 	}
 }

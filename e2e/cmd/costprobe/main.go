@@ -1,0 +1,260 @@
+// Command costprobe shows where an interpreted check's time and
+// allocations go: each stage of the hot path (the client key, the Redis
+// exchange, decoding, the headers, the local fallback), run on its own
+// under Yaegi, loaded the way Traefik loads the plugin, against a local
+// redis-server. Beside them, a bare prepared EVALSHA in the same
+// interpreter: the floor of one interpreted round trip.
+//
+//	go run ./cmd/costprobe [-n 20000]
+//
+// It copies the plugin's source into a temporary GOPATH with one more file
+// (probeSource) that calls the unexported stages; the plugin itself has no
+// such hooks.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/traefik/yaegi/interp"
+	"github.com/traefik/yaegi/stdlib"
+
+	"github.com/tollgate-dev/tollgate/e2e"
+)
+
+// probeSource is added to the plugin's package in the copy. Each Probe
+// function runs one stage n times.
+const probeSource = `package tollgate
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"time"
+	"bufio"
+)
+
+var (
+	probeT    *Tollgate
+	probeReq  *http.Request
+	probeRW   *probeWriter
+	probeD    []int64
+	probeKey  string
+	probeLine = []byte("+1 19 0 1000\r\n")
+	probeConn net.Conn
+	probeBR   *bufio.Reader
+	probeCall []byte
+)
+
+type probeWriter struct{ h http.Header }
+
+func (w *probeWriter) Header() http.Header         { return w.h }
+func (w *probeWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *probeWriter) WriteHeader(int)             {}
+
+func ProbeSetup(addr string) error {
+	cfg := CreateConfig()
+	cfg.Average = 100000000
+	cfg.Period = "1s"
+	cfg.Burst = 100000000
+	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
+	cfg.Redis.Endpoints = []string{addr}
+	h, err := New(context.Background(), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), cfg, "probe")
+	if err != nil {
+		return err
+	}
+	probeT = h.(*Tollgate)
+	probeReq, _ = http.NewRequest("GET", "http://probe/", nil)
+	probeReq.Header.Set("X-API-Key", "probe-key")
+	probeReq.RemoteAddr = "127.0.0.1:1"
+	probeRW = &probeWriter{h: http.Header{}}
+	probeD = make([]int64, probeT.top.decisionLen)
+	probeKey = requestKey(probeT.set, probeReq)
+	for i := 0; i < 2000; i++ {
+		probeT.ServeHTTP(probeRW, probeReq)
+	}
+	if probeConn, err = net.Dial("tcp", addr); err != nil {
+		return err
+	}
+	probeBR = bufio.NewReader(probeConn)
+	probeCall = appendCall(nil, probeT.top.cmd, probeT.top.cmd.shaHead, probeKey)
+	return nil
+}
+
+func ProbeServeHTTP(n int) {
+	for i := 0; i < n; i++ {
+		probeRW.h = http.Header{}
+		probeT.ServeHTTP(probeRW, probeReq)
+	}
+}
+
+func ProbeDecide(n int) {
+	for i := 0; i < n; i++ {
+		decide(probeT, probeT.top, probeReq, probeD)
+	}
+}
+
+func ProbeRequestKey(n int) {
+	for i := 0; i < n; i++ {
+		requestKey(probeT.set, probeReq)
+	}
+}
+
+func ProbeRedisCheck(n int) {
+	for i := 0; i < n; i++ {
+		redisCheck(probeT.be, probeT.top.cmd, probeKey, probeD, &probeT.set.redis, probeT.hb)
+	}
+}
+
+func ProbePoolCheck(n int) {
+	c := probeT.be.client
+	for i := 0; i < n; i++ {
+		poolCheck(c, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, 0)
+	}
+}
+
+func ProbeSolo(n int) {
+	c := probeT.be.client
+	cn := c.conns[0]
+	for i := 0; i < n; i++ {
+		solo(cn, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, c.now)
+	}
+}
+
+func ProbeAppendCall(n int) {
+	b := make([]byte, 0, 256)
+	for i := 0; i < n; i++ {
+		b = appendCall(b[:0], probeT.top.cmd, probeT.top.cmd.shaHead, probeKey)
+	}
+}
+
+func ProbeDecode(n int) {
+	for i := 0; i < n; i++ {
+		decode(probeLine, probeD)
+	}
+}
+
+func ProbeFallback(n int) {
+	for i := 0; i < n; i++ {
+		probeT.fallback(probeT.top, probeKey, probeD)
+	}
+}
+
+func ProbeBare(n int) {
+	for i := 0; i < n; i++ {
+		probeConn.SetDeadline(time.Now().Add(time.Second))
+		probeConn.Write(probeCall)
+		line, _ := probeBR.ReadSlice('\n')
+		decode(line, probeD)
+	}
+}
+`
+
+var stages = []struct{ name, what string }{
+	{"ProbeServeHTTP", "ServeHTTP, admitted by Redis (everything)"},
+	{"ProbeDecide", "decide: key, deny cache, Redis check"},
+	{"ProbeRequestKey", "requestKey: identity and SHA-256 key"},
+	{"ProbeRedisCheck", "redisCheck: breaker, pool, exchange"},
+	{"ProbePoolCheck", "poolCheck: an idle connection, exchange"},
+	{"ProbeSolo", "solo: write, read, decode on one connection"},
+	{"ProbeAppendCall", "appendCall: the prepared EVALSHA"},
+	{"ProbeDecode", "decode: the reply line"},
+	{"ProbeFallback", "fallback: the local bucket (no Redis)"},
+	{"ProbeBare", "reference: bare EVALSHA write, read, decode"},
+}
+
+func main() {
+	n := flag.Int("n", 20000, "runs per stage")
+	flag.Parse()
+	lab, err := e2e.NewLab("costprobe")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lab.Close()
+	gp := filepath.Join(lab.Dir, "probe-gopath")
+	dst := filepath.Join(gp, "src", filepath.FromSlash(e2e.ModuleName))
+	if err := copyPlugin(e2e.RepoRoot(), dst); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, "probe_export.go"), []byte(probeSource), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	i := interp.New(interp.Options{GoPath: gp})
+	if err := i.Use(stdlib.Symbols); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := i.Eval(fmt.Sprintf("import %q", e2e.ModuleName)); err != nil {
+		log.Fatal(err)
+	}
+	setup, err := i.Eval("tollgate.ProbeSetup")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := setup.Interface().(func(string) error)(lab.Redis.Addr); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("# Where an interpreted check goes (Yaegi, %s, %d runs per stage, %d CPUs)\n\n", runtime.Version(), *n, runtime.NumCPU())
+	fmt.Println("| stage | wall µs | CPU µs | allocated |")
+	fmt.Println("|---|---|---|---|")
+	for _, s := range stages {
+		v, err := i.Eval("tollgate." + s.name)
+		if err != nil {
+			log.Fatal(err)
+		}
+		f := v.Interface().(func(int))
+		f(*n / 10)
+		runtime.GC()
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		c0 := cpu()
+		t0 := time.Now()
+		f(*n)
+		wall := time.Since(t0)
+		c1 := cpu()
+		runtime.ReadMemStats(&m1)
+		fmt.Printf("| %s | %.1f | %.1f | %.1f KB |\n", s.what, float64(wall.Nanoseconds())/float64(*n)/1e3,
+			float64(c1-c0)/float64(*n)/1e3, float64(m1.TotalAlloc-m0.TotalAlloc)/float64(*n)/1024)
+	}
+}
+
+// cpu is the process's CPU time (user and system), ns.
+func cpu() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		log.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// copyPlugin copies the plugin's package (its non-test Go files) and its
+// vendor tree to dst.
+func copyPlugin(src, dst string) error {
+	return filepath.Walk(src, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		top := strings.Split(rel, string(filepath.Separator))[0]
+		if info.IsDir() {
+			if rel != "." && top != "vendor" {
+				return filepath.SkipDir
+			}
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		if top != "vendor" && (!strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go")) && rel != "go.mod" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+}
