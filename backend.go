@@ -57,12 +57,13 @@ func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings, h
 // redisCheck is backend.check, written for the hot path (see
 // Tollgate.ServeHTTP): the common case, a standalone Redis with its breaker
 // closed, is a plain function with the breaker's bookkeeping inlined;
-// topologies, an open breaker and failures are out of line.
+// topologies, an open breaker and failures are out of line. (A check that
+// succeeds after the breaker opened leaves it to the prober to close.)
 //
 // hb, when not nil, is the caller's class heartbeat: a successful check
 // starts one when it is due (heartbeat.go).
 func redisCheck(b *backend, cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
-	ns := b.now()
+	ns := monotonic() // b.now, called directly
 	atomic.StoreInt64(&b.lastUsed, ns)
 	if b.client == nil || atomic.LoadInt64(&b.breaker.nextProbe) != 0 {
 		return b.checkOther(cmd, key, d, o, hb, ns)
@@ -76,9 +77,6 @@ func redisCheck(b *backend, cmd *command, key string, d []int64, o *redisSetting
 		br.roll(ns)
 	}
 	atomic.AddInt64(&br.checks, 1)
-	if atomic.LoadInt64(&br.nextProbe) != 0 {
-		atomic.StoreInt64(&br.nextProbe, 0) // opened meanwhile: Redis answers (breaker.success)
-	}
 	if hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
 		b.beat(hb, ns, o)
 	}

@@ -236,18 +236,19 @@ type policy struct {
 
 // settings is a validated, compiled Config.
 type settings struct {
-	class    string
-	top      *policy // nil when Average is 0
-	rules    []*policy
-	source   sourceCriterion
-	headers  int
-	decision string // DecisionHeader, canonical; "" when off
-	redis    redisSettings
-	replicas int64 // Replicas: the fallback's divisor until a heartbeat count is seen
-	shards   int64 // sub-buckets per client bucket; 1: not sharded
-	digits   int   // width of the shard number in keys
-	keyLen   int   // length of a client key in Redis (sharded or not)
-	disabled bool  // no policy at all
+	class     string
+	headerTag string  // class, NUL, "h:": what a header identity is hashed after (clientKey)
+	top       *policy // nil when Average is 0
+	rules     []*policy
+	source    sourceCriterion
+	headers   int
+	decision  string // DecisionHeader, canonical; "" when off
+	redis     redisSettings
+	replicas  int64 // Replicas: the fallback's divisor until a heartbeat count is seen
+	shards    int64 // sub-buckets per client bucket; 1: not sharded
+	digits    int   // width of the shard number in keys
+	keyLen    int   // length of a client key in Redis (sharded or not)
+	disabled  bool  // no policy at all
 }
 
 // validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
@@ -422,6 +423,7 @@ func compile(cfg *Config, name string) (*settings, error) {
 	} else {
 		s.class = sanitizeName(name)
 	}
+	s.headerTag = s.class + "\x00h:"
 	for _, f := range []struct {
 		name string
 		v    int64

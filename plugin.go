@@ -282,7 +282,12 @@ var decisionValues = [...][]string{{"redis"}, {"local"}, {"unavailable"}, {"cach
 // Redis is remembered there. It returns decidedUnavailable when Redis is
 // unavailable and a policy fails closed.
 func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
-	key := requestKey(t.set, req)
+	var key string
+	if v := req.Header[t.set.source.header]; len(v) > 0 && v[0] != "" && t.set.source.header != "" {
+		key = hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])
+	} else {
+		key = clientKey(t.set.class, t.set.source.identity(req))
+	}
 	rkey := key
 	if t.set.shards > 1 {
 		rkey = t.set.shardKey(key)

@@ -336,7 +336,7 @@ func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time
 	}
 	c.mu.Unlock()
 	if cn != nil {
-		if ok, err := solo(cn, cmd, key, d, timeout, c.now); ok {
+		if ok, err := solo(cn, cmd, key, d, timeout, c.now, ns); ok {
 			if err != nil {
 				return c.soloFailed(cn, cmd, key, d, timeout, err)
 			}

@@ -91,17 +91,6 @@ func (s *sourceCriterion) identity(req *http.Request) string {
 	return "ip:" + s.clientIP(req)
 }
 
-// requestKey is clientKey(class, identity(req)) for the hot path: a
-// request keyed by a header it carries costs no method call.
-func requestKey(s *settings, req *http.Request) string {
-	if s.source.header != "" {
-		if v := req.Header[s.source.header]; len(v) > 0 && v[0] != "" {
-			return clientKey(s.class, "h:"+v[0])
-		}
-	}
-	return clientKey(s.class, s.source.identity(req))
-}
-
 // clientIP applies the IP strategy. When the strategy finds nothing (depth
 // beyond the X-Forwarded-For list, every address excluded) the connection's
 // address is used, so a client can never empty its own key.
@@ -164,7 +153,12 @@ const keyPrefix = "tg{"
 // 60 bits make two of 1,000,000 active clients of a class share a bucket
 // with probability 4e-7.
 func clientKey(class, identity string) string {
-	sum := sha256.Sum256([]byte(class + "\x00" + identity))
+	return hashKey(class + "\x00" + identity)
+}
+
+// hashKey is clientKey of class and identity joined by a NUL.
+func hashKey(classAndIdentity string) string {
+	sum := sha256.Sum256([]byte(classAndIdentity))
 	return keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}"
 }
 

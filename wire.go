@@ -83,8 +83,9 @@ type rconn struct {
 
 	part []byte // a reply line read in part (reader only)
 
-	wmu  sync.Mutex // held while a call is queued and written
-	wbuf []byte     // guarded by wmu
+	wmu        sync.Mutex // held while a call is queued and written (but see solo)
+	wbuf       []byte     // guarded by wmu, or by mu while the queue is empty
+	writeUntil int64      // monotonic ns until which the write deadline set leaves a write budget (solo); 0: set it
 
 	mu        sync.Mutex
 	queue     []*call       // written, reply not yet read, in stream order
@@ -188,6 +189,7 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 		cn.wbuf = appendCall(cn.wbuf, cmd, head, key)
 	}
 	err := cn.nc.SetWriteDeadline(clock().Add(writeBudget(timeout)))
+	cn.writeUntil = 0 // solo's deadline is gone
 	if err == nil {
 		_, err = cn.nc.Write(cn.wbuf)
 	}
@@ -225,76 +227,99 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 // solo is the common case, a check on an idle connection, written for the
 // interpreter's cost model (see Tollgate.ServeHTTP): it writes its call
 // (cn.solo: nothing to allocate), reads its reply as the reader and
-// decodes it into d, all in this one frame. It reports false, doing
+// decodes it into d, in this frame and decode's. It reports false, doing
 // nothing, when the connection is busy or dead (the caller then goes the
-// shared way). The decision is decoded before the lock is released:
-// cn.solo is the next check's once the queue is empty.
-func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration, clock func() time.Time) (bool, error) {
-	cn.wmu.Lock()
+// shared way).
+//
+// It holds mu, not wmu, while it writes: the queue is empty, so a writer
+// (send) that holds wmu waits for mu to queue its call behind this one,
+// and the stream keeps the queue's order. The write deadline is set only
+// when the last one set is less than a write budget away (writeUntil).
+// The decision is decoded before the lock is released: cn.solo is the
+// next check's once the queue is empty.
+func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration, clock func() time.Time, ns int64) (bool, error) {
 	cn.mu.Lock()
 	if cn.dead != nil || len(cn.queue) > 0 || cn.reading {
 		cn.mu.Unlock()
-		cn.wmu.Unlock()
 		return false, nil
 	}
 	cl := &cn.solo
 	cl.done = false
 	cl.err = nil
-	cl.deadline = time.Time{}
 	cn.queue = append(cn.queue, cl)
 	cn.reading = true
 	atomic.StoreInt64(&cn.inflight, 1)
-	cn.mu.Unlock()
-	cn.wbuf = appendCall(cn.wbuf[:0], cmd, cmd.shaHead, key)
-	budget := 10 * timeout // writeBudget, inlined
-	if budget < minWriteBudget {
-		budget = minWriteBudget
+	b := append(cn.wbuf[:0], cmd.shaHead...) // appendCall, inlined
+	b = append(b, key...)
+	for _, m := range cmd.mid {
+		b = append(b, m...)
+		b = append(b, key...)
 	}
-	err := cn.nc.SetWriteDeadline(clock().Add(budget))
+	cn.wbuf = append(b, cmd.tail...)
+	var err error
+	if ns >= cn.writeUntil {
+		err = cn.nc.SetWriteDeadline(clock().Add(2 * writeBudget(timeout)))
+		cn.writeUntil = ns + int64(writeBudget(timeout))
+	}
 	if err == nil {
 		_, err = cn.nc.Write(cn.wbuf)
 	}
-	sent := clock()
-	cn.mu.Lock()
 	if err != nil {
-		finish(cl, nil, errWrite)
-		cn.kill(errOwed)
-	} else {
-		cl.sent = sent
-		cl.timeout = timeout
-		cl.deadline = sent.Add(timeout)
+		return true, cn.writeFailed(cl)
 	}
-	cn.wmu.Unlock()
-	if !cl.done {
+	sent := clock()
+	cl.sent = sent
+	cl.timeout = timeout
+	cl.deadline = sent.Add(timeout)
+	cn.readUntil = cl.deadline
+	err = cn.nc.SetReadDeadline(cl.deadline)
+	cn.mu.Unlock()
+	var line []byte
+	if err == nil {
 		// Its reply, read here: the common case costs no more frames.
-		cn.readUntil = cl.deadline
-		err = cn.nc.SetReadDeadline(cl.deadline)
+		line, err = cn.br.ReadSlice('\n')
+		if err != nil || len(cn.part) > 0 {
+			line, err = cn.readMore(line, err)
+		}
+	}
+	cn.mu.Lock()
+	if err != nil || cn.dead != nil || len(line) < 3 || line[0] != '+' || len(cn.queue) != 1 {
+		return true, cn.soloRest(line, err, d)
+	}
+	cl.done = true
+	err = decode(line, d)
+	cn.queue = cn.queue[:0] // cl alone: pop and release, inlined
+	atomic.StoreInt64(&cn.inflight, 0)
+	cn.reading = false
+	cn.mu.Unlock()
+	return true, err
+}
+
+// writeFailed ends cl, the only call on the connection, whose write
+// failed: the connection dies. Requires cn.mu held; releases it.
+func (cn *rconn) writeFailed(cl *call) error {
+	finish(cl, nil, errWrite)
+	cn.kill(errOwed)
+	cn.reading = false
+	cn.mu.Unlock()
+	return errWrite
+}
+
+// soloRest is solo after a read that did not give its reply alone: an
+// error, another reply, calls queued behind it. Requires cn.mu held;
+// releases it.
+func (cn *rconn) soloRest(line []byte, err error, d []int64) error {
+	cl := &cn.solo
+	if err == nil && cn.dead == nil && len(line) >= 3 && line[0] == '+' {
+		cl.done = true
+		err = decode(line, d)
+		cn.pop() // cl, the head: no one else reads
+		cn.release()
 		cn.mu.Unlock()
-		var line []byte
-		if err == nil {
-			line, err = cn.br.ReadSlice('\n')
-			if err != nil || len(cn.part) > 0 {
-				line, err = cn.readMore(line, err)
-			}
-		}
-		cn.mu.Lock()
-		if err == nil && cn.dead == nil && len(line) >= 3 && line[0] == '+' {
-			cl.done = true
-			err = decode(line, d)
-			if len(cn.queue) == 1 { // cl alone: pop and release, inlined
-				cn.queue = cn.queue[:0]
-				atomic.StoreInt64(&cn.inflight, 0)
-				cn.reading = false
-			} else {
-				cn.pop() // cl, the head: no one else reads
-				cn.release()
-			}
-			cn.mu.Unlock()
-			return true, err
-		}
-		if cn.dead == nil {
-			cn.take(line, err) // anything else: as the reader does
-		}
+		return err
+	}
+	if cn.dead == nil {
+		cn.take(line, err) // anything else: as the reader does
 	}
 	cn.serve(cl)
 	err = cl.err
@@ -302,7 +327,7 @@ func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration,
 		err = decode(cl.line, d)
 	}
 	cn.mu.Unlock()
-	return true, err
+	return err
 }
 
 // writeBudget bounds a write blocked on a full socket buffer (Redis not

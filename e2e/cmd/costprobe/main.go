@@ -16,9 +16,11 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -44,7 +46,7 @@ import (
 var (
 	probeT    *Tollgate
 	probeReq  *http.Request
-	probeRW   *probeWriter
+	probeRW   http.ResponseWriter
 	probeD    []int64
 	probeKey  string
 	probeLine = []byte("+1 19 0 1000\r\n")
@@ -53,20 +55,16 @@ var (
 	probeCall []byte
 )
 
-type probeWriter struct{ h http.Header }
-
-func (w *probeWriter) Header() http.Header         { return w.h }
-func (w *probeWriter) Write(p []byte) (int, error) { return len(p), nil }
-func (w *probeWriter) WriteHeader(int)             {}
-
-func ProbeSetup(addr string) error {
+// ProbeSetup builds the middleware in front of next; rw is the response
+// writer of every run. Both are compiled (the host's), as in Traefik.
+func ProbeSetup(addr string, rw http.ResponseWriter, next http.Handler) error {
 	cfg := CreateConfig()
 	cfg.Average = 100000000
 	cfg.Period = "1s"
 	cfg.Burst = 100000000
 	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
 	cfg.Redis.Endpoints = []string{addr}
-	h, err := New(context.Background(), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), cfg, "probe")
+	h, err := New(context.Background(), next, cfg, "probe")
 	if err != nil {
 		return err
 	}
@@ -74,9 +72,9 @@ func ProbeSetup(addr string) error {
 	probeReq, _ = http.NewRequest("GET", "http://probe/", nil)
 	probeReq.Header.Set("X-API-Key", "probe-key")
 	probeReq.RemoteAddr = "127.0.0.1:1"
-	probeRW = &probeWriter{h: http.Header{}}
+	probeRW = rw
 	probeD = make([]int64, probeT.top.decisionLen)
-	probeKey = requestKey(probeT.set, probeReq)
+	probeKey = hashKey(probeT.set.headerTag + "probe-key")
 	for i := 0; i < 2000; i++ {
 		probeT.ServeHTTP(probeRW, probeReq)
 	}
@@ -90,7 +88,6 @@ func ProbeSetup(addr string) error {
 
 func ProbeServeHTTP(n int) {
 	for i := 0; i < n; i++ {
-		probeRW.h = http.Header{}
 		probeT.ServeHTTP(probeRW, probeReq)
 	}
 }
@@ -101,9 +98,9 @@ func ProbeDecide(n int) {
 	}
 }
 
-func ProbeRequestKey(n int) {
+func ProbeKey(n int) {
 	for i := 0; i < n; i++ {
-		requestKey(probeT.set, probeReq)
+		hashKey(probeT.set.headerTag + probeReq.Header["X-Api-Key"][0])
 	}
 }
 
@@ -124,7 +121,7 @@ func ProbeSolo(n int) {
 	c := probeT.be.client
 	cn := c.conns[0]
 	for i := 0; i < n; i++ {
-		solo(cn, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, c.now)
+		solo(cn, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, c.now, monotonic())
 	}
 }
 
@@ -160,7 +157,7 @@ func ProbeBare(n int) {
 var stages = []struct{ name, what string }{
 	{"ProbeServeHTTP", "ServeHTTP, admitted by Redis (everything)"},
 	{"ProbeDecide", "decide: key, deny cache, Redis check"},
-	{"ProbeRequestKey", "requestKey: identity and SHA-256 key"},
+	{"ProbeKey", "hashKey: the client key of a header identity"},
 	{"ProbeRedisCheck", "redisCheck: breaker, pool, exchange"},
 	{"ProbePoolCheck", "poolCheck: an idle connection, exchange"},
 	{"ProbeSolo", "solo: write, read, decode on one connection"},
@@ -172,6 +169,8 @@ var stages = []struct{ name, what string }{
 
 func main() {
 	n := flag.Int("n", 20000, "runs per stage")
+	memStage := flag.String("memprofile-stage", "", "write an allocation profile of this stage (e.g. ProbeSolo) to -memprofile")
+	memOut := flag.String("memprofile", "", "where -memprofile-stage's profile goes")
 	flag.Parse()
 	lab, err := e2e.NewLab("costprobe")
 	if err != nil {
@@ -197,7 +196,9 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := setup.Interface().(func(string) error)(lab.Redis.Addr); err != nil {
+	rw := &discard{h: http.Header{}}
+	nop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	if err := setup.Interface().(func(string, http.ResponseWriter, http.Handler) error)(lab.Redis.Addr, rw, nop); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Printf("# Where an interpreted check goes (Yaegi, %s, %d runs per stage, %d CPUs)\n\n", runtime.Version(), *n, runtime.NumCPU())
@@ -210,6 +211,9 @@ func main() {
 		}
 		f := v.Interface().(func(int))
 		f(*n / 10)
+		if s.name == *memStage {
+			runtime.MemProfileRate = 1
+		}
 		runtime.GC()
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
@@ -219,8 +223,31 @@ func main() {
 		wall := time.Since(t0)
 		c1 := cpu()
 		runtime.ReadMemStats(&m1)
+		if s.name == *memStage {
+			writeMemProfile(*memOut)
+			runtime.MemProfileRate = 0
+		}
 		fmt.Printf("| %s | %.1f | %.1f | %.1f KB |\n", s.what, float64(wall.Nanoseconds())/float64(*n)/1e3,
 			float64(c1-c0)/float64(*n)/1e3, float64(m1.TotalAlloc-m0.TotalAlloc)/float64(*n)/1024)
+	}
+}
+
+// discard is a ResponseWriter that keeps its header map (the headers of
+// every run overwrite the last run's) and drops the rest.
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discard) WriteHeader(int)             {}
+
+func writeMemProfile(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		log.Fatal(err)
 	}
 }
 
