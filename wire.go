@@ -249,17 +249,14 @@ func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration,
 	cn.queue = append(cn.queue, cl)
 	cn.reading = true
 	atomic.StoreInt64(&cn.inflight, 1)
-	b := append(cn.wbuf[:0], cmd.shaHead...) // appendCall, inlined
-	b = append(b, key...)
-	for _, m := range cmd.mid {
-		b = append(b, m...)
-		b = append(b, key...)
+	if len(cmd.mid) == 0 {
+		cn.wbuf = append(append(append(cn.wbuf[:0], cmd.shaHead...), key...), cmd.tail...)
+	} else {
+		cn.wbuf = appendCall(cn.wbuf[:0], cmd, cmd.shaHead, key)
 	}
-	cn.wbuf = append(b, cmd.tail...)
 	var err error
 	if ns >= cn.writeUntil {
-		err = cn.nc.SetWriteDeadline(clock().Add(2 * writeBudget(timeout)))
-		cn.writeUntil = ns + int64(writeBudget(timeout))
+		err = cn.renewWriteDeadline(ns, timeout, clock)
 	}
 	if err == nil {
 		_, err = cn.nc.Write(cn.wbuf)
@@ -267,23 +264,18 @@ func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration,
 	if err != nil {
 		return true, cn.writeFailed(cl)
 	}
-	sent := clock()
-	cl.sent = sent
-	cl.timeout = timeout
-	cl.deadline = sent.Add(timeout)
+	// Only the deadline: cl is the head, so nothing extends it (sent and
+	// timeout are for calls behind others).
+	cl.deadline = clock().Add(timeout)
 	cn.readUntil = cl.deadline
 	err = cn.nc.SetReadDeadline(cl.deadline)
 	cn.mu.Unlock()
 	var line []byte
 	if err == nil {
-		// Its reply, read here: the common case costs no more frames.
 		line, err = cn.br.ReadSlice('\n')
-		if err != nil || len(cn.part) > 0 {
-			line, err = cn.readMore(line, err)
-		}
 	}
 	cn.mu.Lock()
-	if err != nil || cn.dead != nil || len(line) < 3 || line[0] != '+' || len(cn.queue) != 1 {
+	if err != nil || cn.dead != nil || len(cn.part) > 0 || len(line) < 3 || line[0] != '+' || len(cn.queue) != 1 {
 		return true, cn.soloRest(line, err, d)
 	}
 	cl.done = true
@@ -293,6 +285,15 @@ func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration,
 	cn.reading = false
 	cn.mu.Unlock()
 	return true, err
+}
+
+// renewWriteDeadline sets a write deadline two write budgets away, and
+// writeUntil one budget away (see solo). Requires cn.mu held with the
+// queue empty but for the caller's call.
+func (cn *rconn) renewWriteDeadline(ns int64, timeout time.Duration, clock func() time.Time) error {
+	budget := writeBudget(timeout)
+	cn.writeUntil = ns + int64(budget)
+	return cn.nc.SetWriteDeadline(clock().Add(2 * budget))
 }
 
 // writeFailed ends cl, the only call on the connection, whose write
@@ -310,6 +311,13 @@ func (cn *rconn) writeFailed(cl *call) error {
 // releases it.
 func (cn *rconn) soloRest(line []byte, err error, d []int64) error {
 	cl := &cn.solo
+	if cn.dead == nil && (err != nil || len(cn.part) > 0) {
+		// A read that timed out, failed, or ends a line begun before:
+		// readLine's rest, without the lock (cn.reading is ours).
+		cn.mu.Unlock()
+		line, err = cn.readMore(line, err)
+		cn.mu.Lock()
+	}
 	if err == nil && cn.dead == nil && len(line) >= 3 && line[0] == '+' {
 		cl.done = true
 		err = decode(line, d)
