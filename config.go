@@ -238,6 +238,7 @@ type policy struct {
 type settings struct {
 	class     string
 	headerTag string  // class, NUL, "h:": what a header identity is hashed after (clientKey)
+	byHeader  bool    // clients keyed by a header (source.header), not sharded: decide's common case
 	top       *policy // nil when Average is 0
 	rules     []*policy
 	source    sourceCriterion
@@ -526,6 +527,7 @@ func compile(cfg *Config, name string) (*settings, error) {
 	if s.source, err = compileSource(cfg.SourceCriterion); err != nil {
 		return nil, err
 	}
+	s.byHeader = s.source.header != "" && s.shards <= 1
 	if s.redis, err = compileRedis(&cfg.Redis); err != nil {
 		return nil, err
 	}

@@ -44,6 +44,7 @@ type Tollgate struct {
 	local *localBuckets
 	top   *policySet // the set when no rule matches; nil without a top-level limit
 	hb    *heartbeat // the class's pod count; nil with the heartbeat off
+	plain bool       // ServeHTTP's common case applies: top alone, plain (see policySet)
 
 	mu   sync.Mutex // guards sets
 	sets map[uint64]*policySet
@@ -90,6 +91,7 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	}
 	if set.top != nil {
 		t.top = withHeaders(newPolicySet([]*policy{set.top}, set.keyLen), set.headers)
+		t.plain = len(set.rules) == 0 && t.top.plain
 	}
 	return t, nil
 }
@@ -194,6 +196,31 @@ func (p *policy) matches(req *http.Request) bool {
 // everything else (refusals, 503s, other header modes, rules, shards) is
 // out of line in answer.
 func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
+	if !t.plain {
+		t.serveAny(rw, req)
+		return
+	}
+	d := make([]int64, 4) // decisionLen(1)
+	how := decide(t, t.top, req, d)
+	if how > decidedLocal || d[0] != 1 {
+		t.answer(rw, req, t.top, d, how)
+		return
+	}
+	h := rw.Header()
+	if t.top.policyValue != nil {
+		h[hdrPolicy] = t.top.policyValue
+		h[hdrRateLimit] = []string{t.top.rPrefix + strconv.FormatInt(d[1], 10) + ";t=" + strconv.FormatInt((d[2]+999)/1000, 10)}
+	}
+	if t.set.decision != "" {
+		h[t.set.decision] = decisionValues[how]
+	}
+	t.next.ServeHTTP(rw, req)
+}
+
+// serveAny is ServeHTTP for every configuration: rules (the policy set
+// depends on the request), no top-level limit, several policies or headers
+// other than IETF alone.
+func (t *Tollgate) serveAny(rw http.ResponseWriter, req *http.Request) {
 	set := t.top
 	if len(t.set.rules) > 0 {
 		set = t.policiesFor(req)
@@ -203,20 +230,7 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		return
 	}
 	d := make([]int64, set.decisionLen)
-	how := decide(t, set, req, d)
-	if how > decidedLocal || d[0] != 1 || !set.plain {
-		t.answer(rw, req, set, d, how)
-		return
-	}
-	h := rw.Header()
-	if set.policyValue != nil {
-		h[hdrPolicy] = set.policyValue
-		h[hdrRateLimit] = []string{set.rPrefix + strconv.FormatInt(d[1], 10) + ";t=" + strconv.FormatInt((d[2]+999)/1000, 10)}
-	}
-	if t.set.decision != "" {
-		h[t.set.decision] = decisionValues[how]
-	}
-	t.next.ServeHTTP(rw, req)
+	t.answer(rw, req, set, d, decide(t, set, req, d))
 }
 
 // Canonical header names, for map assignment (the hot path's headers).
@@ -225,9 +239,9 @@ const (
 	hdrRateLimit = "Ratelimit"
 )
 
-// answer is ServeHTTP for every case but the common one: a refusal (from
-// Redis, the deny cache or the fallback), a 503, header modes other than
-// IETF alone or several policies.
+// answer is ServeHTTP after decision d over set, decided how, for every
+// case (ServeHTTP does the common one itself): a refusal (from Redis, the
+// deny cache or the fallback), a 503, any headers.
 func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policySet, d []int64, how int) {
 	if t.set.decision != "" {
 		rw.Header()[t.set.decision] = decisionValues[how]
@@ -282,12 +296,26 @@ var decisionValues = [...][]string{{"redis"}, {"local"}, {"unavailable"}, {"cach
 // Redis is remembered there. It returns decidedUnavailable when Redis is
 // unavailable and a policy fails closed.
 func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
-	var key string
-	if v := req.Header[t.set.source.header]; len(v) > 0 && v[0] != "" && t.set.source.header != "" {
-		key = hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])
-	} else {
-		key = clientKey(t.set.class, t.set.source.identity(req))
+	v := req.Header[t.set.source.header]
+	if !t.set.byHeader || len(v) == 0 || v[0] == "" {
+		return decideAny(t, set, req, d)
 	}
+	key := hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])
+	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(key, d) {
+		return decidedCache
+	}
+	if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
+		return t.fallback(set, key, d)
+	}
+	if d[0] != 1 {
+		set.denied.remember(key, d)
+	}
+	return decidedRedis
+}
+
+// decideAny is decide for any client identity, sharded or not.
+func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
+	key := clientKey(t.set.class, t.set.source.identity(req))
 	rkey := key
 	if t.set.shards > 1 {
 		rkey = t.set.shardKey(key)
