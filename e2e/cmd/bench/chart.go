@@ -75,7 +75,7 @@ func panel(img *image.RGBA, x0, y0, w, h int, title, unit string, groups []strin
 }
 
 func drawChart(path string, res *results) error {
-	const W, H = 1000, 430
+	const W, H = 1260, 430
 	img := image.NewRGBA(image.Rect(0, 0, W, H))
 	draw.Draw(img, img.Bounds(), image.NewUniform(white), image.Point{}, draw.Src)
 	max := 1.0
@@ -86,7 +86,7 @@ func drawChart(path string, res *results) error {
 			}
 		}
 	}
-	panel(img, 10, 10, 480, 360, "Throughput at saturation, ratio to no middleware", "x",
+	panel(img, 10, 10, 400, 360, "Throughput at saturation, ratio to no middleware", "x",
 		[]string{"nothing rejected", "almost all rejected"}, []map[string]stat{res.ratio, res.ratioReject}, max*1.1)
 	lmax := 0.1
 	for _, m := range []map[string]stat{res.p50, res.p99} {
@@ -105,8 +105,18 @@ func drawChart(path string, res *results) error {
 		}
 		return c
 	}
-	panel(img, 510, 10, 480, 360, fmt.Sprintf("Added latency at %.0f req/s (minus no middleware)", res.rate), "ms",
+	panel(img, 430, 10, 400, 360, fmt.Sprintf("Added latency at %.0f req/s (minus no middleware)", res.rate), "ms",
 		[]string{"p50", "p99"}, []map[string]stat{noNone(res.p50), noNone(res.p99)}, lmax*1.1)
+	smax := 0.01
+	for _, m := range []map[string]stat{res.seq50, res.seq99} {
+		for rt, s := range m {
+			if rt != "none" && len(s) > 0 && s.hi() > smax {
+				smax = s.hi()
+			}
+		}
+	}
+	panel(img, 850, 10, 400, 360, "Added latency, sequential (minus no middleware)", "ms",
+		[]string{"p50", "p99"}, []map[string]stat{noNone(res.seq50), noNone(res.seq99)}, smax*1.1)
 	x := 20
 	for _, rt := range routes {
 		rect(img, x, H-40, x+14, H-26, colors[rt])

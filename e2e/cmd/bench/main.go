@@ -14,6 +14,10 @@
 //     from a constant-throughput generator that times each request from the
 //     moment it was due (coordinated omission corrected, as wrk2 does):
 //     p50, p99, p99.9 minus /none's;
+//   - latency added to sequential requests on a quiet replica: one client,
+//     one keep-alive connection, one request at a time (-seq of them after a
+//     warm-up), each timed from sending to the end of the reply: p50 and p99
+//     minus /none's;
 //   - Redis cost per request of the two Redis limiters: commands and bytes
 //     (INFO stats deltas over the saturation runs);
 //   - Redis memory per active key after -memkeys distinct keys through
@@ -32,6 +36,7 @@ import (
 	"log"
 	"math"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -229,6 +234,55 @@ func fixedRate(url string, rate float64, d time.Duration, workers int, keys int)
 	return lat, errs
 }
 
+// seqWarmup is how many requests sequential sends before it starts timing.
+const seqWarmup = 300
+
+// sequential sends seqWarmup and then n timed requests to url, one after
+// another from one client on one keep-alive connection, keys cycling over
+// keys API keys. It returns the timed requests' latencies, sorted, each from
+// sending the request to reading the last byte of its reply; how many failed
+// (transport errors and replies other than 2xx, as the limits admit all);
+// and how many connections the timed requests opened (0 when the one
+// connection held).
+func sequential(url string, n, keys int) (lat []time.Duration, errs int64, dials int) {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1}}
+	defer client.CloseIdleConnections()
+	trace := &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) {
+		if !c.Reused {
+			dials++
+		}
+	}}
+	one := func(i int) error {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Header.Set("X-API-Key", "k"+strconv.Itoa(i%keys))
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode/100 != 2 {
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return err
+	}
+	for i := 0; i < seqWarmup; i++ {
+		_ = one(i)
+	}
+	dials = 0
+	lat = make([]time.Duration, n)
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		if one(i) != nil {
+			errs++
+		}
+		lat[i] = time.Since(t0)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat, errs, dials
+}
+
 // forEach calls f(0), ..., f(n-1) from workers goroutines, each taking the
 // next index, and returns how many calls failed.
 func forEach(n, workers int, f func(i int) error) (errs int64) {
@@ -362,6 +416,8 @@ type results struct {
 	ratio, ratioReject     map[string]stat
 	p50, p99, p999         map[string]stat // added, ms
 	raw50, raw99, raw999   map[string]stat // absolute, ms
+	seq50, seq99           map[string]stat // sequential, added, ms
+	seqRaw50, seqRaw99     map[string]stat // sequential, absolute, ms
 	cmds, bytes, scripts   map[string]stat // per request, admit pass
 	cmdsRej, bytesRej      map[string]stat
 	memPerKey, memUsage    map[string]stat
@@ -369,12 +425,14 @@ type results struct {
 	conns64, conns512      map[string]stat // Redis connections during saturation
 	rate                   float64
 	non2xxAdmit, errsFixed int64
+	errsSeq                int64
 }
 
 func newResults() *results {
 	m := func() map[string]stat { return map[string]stat{} }
 	return &results{rps: m(), rpsReject: m(), ratio: m(), ratioReject: m(), p50: m(), p99: m(), p999: m(),
-		raw50: m(), raw99: m(), raw999: m(), cmds: m(), bytes: m(), scripts: m(), cmdsRej: m(), bytesRej: m(),
+		raw50: m(), raw99: m(), raw999: m(), seq50: m(), seq99: m(), seqRaw50: m(), seqRaw99: m(),
+		cmds: m(), bytes: m(), scripts: m(), cmdsRej: m(), bytesRej: m(),
 		memPerKey: m(), memUsage: m(), memKeys: m(), conns64: m(), conns512: m()}
 }
 
@@ -382,6 +440,7 @@ func main() {
 	reps := flag.Int("reps", 3, "repetitions of every figure")
 	wrkDur := flag.Duration("wrk", 5*time.Second, "length of each saturation run")
 	fixedDur := flag.Duration("fixed", 10*time.Second, "length of each fixed-rate run")
+	seq := flag.Int("seq", 3000, "timed requests of each sequential run (after a warm-up of 300)")
 	conns := flag.Int("conns", 64, "wrk connections")
 	keys := flag.Int("keys", 1000, "distinct API keys in the load")
 	memKeys := flag.Int("memkeys", 200000, "distinct keys for the memory figure (0: skip)")
@@ -498,6 +557,19 @@ func main() {
 			res.p99[rt] = append(res.p99[rt], res.raw99[rt][rep-1]-res.raw99["none"][rep-1])
 			res.p999[rt] = append(res.p999[rt], res.raw999[rt][rep-1]-res.raw999["none"][rep-1])
 		}
+		// Sequential requests, one connection, nothing else running.
+		for _, rt := range routes {
+			lat, errs, dials := sequential(b.traefik.URL("/"+rt), *seq, *keys)
+			res.errsSeq += errs
+			res.seqRaw50[rt] = append(res.seqRaw50[rt], pct(lat, 50))
+			res.seqRaw99[rt] = append(res.seqRaw99[rt], pct(lat, 99))
+			fmt.Printf("sequential, %4d reqs:  %-28s p50 %.3f ms, p99 %.3f ms (%d errors, %d reconnections)\n",
+				*seq, labels[rt], pct(lat, 50), pct(lat, 99), errs, dials)
+		}
+		for _, rt := range routes {
+			res.seq50[rt] = append(res.seq50[rt], res.seqRaw50[rt][rep-1]-res.seqRaw50["none"][rep-1])
+			res.seq99[rt] = append(res.seq99[rt], res.seqRaw99[rt][rep-1]-res.seqRaw99["none"][rep-1])
+		}
 		// Saturation, almost everything rejected.
 		if err := b.apply(rejectMost); err != nil {
 			log.Fatal(err)
@@ -543,7 +615,7 @@ func main() {
 		}
 		fmt.Println(strings.Join(lines, "\n"))
 	}
-	md := markdown(res, machine, *reps, *wrkDur, *fixedDur, *conns, *keys, *memKeys)
+	md := markdown(res, machine, *reps, *wrkDur, *fixedDur, *seq, *conns, *keys, *memKeys)
 	fmt.Println("\n" + md)
 	if *out != "" {
 		if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
@@ -601,10 +673,10 @@ func describeMachine(r *e2e.Redis) string {
 		runtime.NumCPU(), cpu, runtime.GOOS+"/"+runtime.GOARCH, tv, runtime.Version(), redisVersion, wrkVersion)
 }
 
-func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Duration, conns, keys, memKeys int) string {
+func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Duration, seq, conns, keys, memKeys int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\nEach figure: median [min–max] of %d runs. Load: %d API keys (X-API-Key). Saturation: `wrk -t2 -c%d -d%s`. Fixed rate: %.0f requests/s for %s from 64 connections, latency timed from when each request was due (coordinated omission corrected).\n\n",
-		machine, reps, keys, conns, wrkDur, res.rate, fixedDur)
+	fmt.Fprintf(&b, "%s\n\nEach figure: median [min–max] of %d runs. Load: %d API keys (X-API-Key). Saturation: `wrk -t2 -c%d -d%s`. Fixed rate: %.0f requests/s for %s from 64 connections, latency timed from when each request was due (coordinated omission corrected). Sequential: one client on one keep-alive connection sends %d requests one after another (after %d to warm up), nothing else running, each timed from sending to the end of its reply.\n\n",
+		machine, reps, keys, conns, wrkDur, res.rate, fixedDur, seq, seqWarmup)
 	b.WriteString("| | no middleware | Traefik rateLimit (memory) | Traefik rateLimit (redis) | Tollgate |\n|---|---|---|---|---|\n")
 	row := func(name string, m map[string]stat, prec int, skipNone bool) {
 		fmt.Fprintf(&b, "| %s |", name)
@@ -627,6 +699,10 @@ func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Dura
 	row("… added p99 (ms)", res.p99, 3, true)
 	row("latency p99.9 (ms)", res.raw999, 3, false)
 	row("… added p99.9 (ms)", res.p999, 3, true)
+	row("sequential latency p50 (ms)", res.seqRaw50, 3, false)
+	row("… added p50 (ms)", res.seq50, 3, true)
+	row("sequential latency p99 (ms)", res.seqRaw99, 3, false)
+	row("… added p99 (ms)", res.seq99, 3, true)
 	row("Redis round trips (script calls) per request", res.scripts, 2, true)
 	row(fmt.Sprintf("Redis connections during saturation, wrk -c%d", conns), res.conns64, 0, true)
 	row("Redis connections during saturation, wrk -c512", res.conns512, 0, true)
@@ -639,7 +715,7 @@ func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Dura
 		row("Redis memory per key, used_memory delta (B)", res.memPerKey, 0, true)
 		row("Redis memory per key, MEMORY USAGE (B)", res.memUsage, 0, true)
 	}
-	fmt.Fprintf(&b, "\nNon-2xx responses in the nothing-rejected runs: %d; failed requests in the fixed-rate runs: %d.\n", res.non2xxAdmit, res.errsFixed)
+	fmt.Fprintf(&b, "\nNon-2xx responses in the nothing-rejected runs: %d; failed requests in the fixed-rate runs: %d; in the sequential runs (errors and non-2xx): %d.\n", res.non2xxAdmit, res.errsFixed, res.errsSeq)
 	return b.String()
 }
 
