@@ -63,7 +63,7 @@ func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings, h
 // hb, when not nil, is the caller's class heartbeat: a successful check
 // starts one when it is due (heartbeat.go).
 func redisCheck(b *backend, cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
-	ns := monotonic() // b.now, called directly
+	ns := int64(time.Since(processStart)) + monoOrigin // monotonic(), inlined
 	atomic.StoreInt64(&b.lastUsed, ns)
 	if b.client == nil || atomic.LoadInt64(&b.breaker.nextProbe) != 0 {
 		return b.checkOther(cmd, key, d, o, hb, ns)

@@ -104,7 +104,7 @@ func (c *redisClient) pick(notBefore int64) (*rconn, error) {
 		}
 		if best != nil {
 			ns := c.mono()
-			atomic.StoreInt64(&best.used, ns)
+			best.used = ns
 			c.tend(load > 0, ns)
 			c.mu.Unlock()
 			return best, nil
@@ -146,7 +146,7 @@ func (c *redisClient) dialAsync() {
 	c.dialing--
 	if err == nil {
 		cn.born = c.mono()
-		atomic.StoreInt64(&cn.used, cn.born)
+		cn.used = cn.born
 		c.conns = append(c.conns, cn)
 		c.dialFailed = false
 	} else {
@@ -208,7 +208,7 @@ func (c *redisClient) drop(cn *rconn, silent bool) {
 func (c *redisClient) pruneIdle(ns int64) {
 	keep := c.conns[:0]
 	for i, cn := range c.conns {
-		if i > 0 && ns-atomic.LoadInt64(&cn.used) >= int64(idleTimeout) && cn.closeIfIdle() {
+		if i > 0 && ns-cn.used >= int64(idleTimeout) && cn.closeIfIdle() {
 			continue
 		}
 		keep = append(keep, cn)
@@ -327,7 +327,7 @@ func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time
 	for _, x := range c.conns {
 		if atomic.LoadInt64(&x.inflight) == 0 {
 			cn = x
-			atomic.StoreInt64(&cn.used, ns)
+			cn.used = ns
 			break
 		}
 	}
@@ -438,7 +438,7 @@ func (c *redisClient) probe(timeout time.Duration) error {
 		return err
 	}
 	cn.born = c.mono()
-	atomic.StoreInt64(&cn.used, cn.born)
+	cn.used = cn.born
 	c.mu.Lock()
 	c.conns = append(c.conns, cn)
 	c.dialFailed = false

@@ -96,7 +96,7 @@ type rconn struct {
 	mixed     bool          // calls with different timeouts were written on it
 	readUntil time.Time     // the reader's read deadline
 	timeout   time.Duration // the timeout of the calls written so far
-	used      int64         // monotonic ns of the last call written (atomic)
+	used      int64         // monotonic ns when the pool last handed it out (guarded by the pool's mu)
 	born      int64         // monotonic ns when it joined the pool
 }
 

@@ -144,6 +144,23 @@ func ProbeFallback(n int) {
 	}
 }
 
+func ProbeLocalTake(n int) {
+	keys := []string{probeKey}
+	lims := probeT.top.localShares(1)
+	for i := 0; i < n; i++ {
+		probeT.local.take(keys, lims, probeD)
+	}
+}
+
+func ProbeTakeAll(n int) {
+	lims := probeT.top.localShares(1)
+	tats := make([]float64, 1)
+	for i := 0; i < n; i++ {
+		tats[0] = 0
+		takeAll(lims, tats, 1e9, probeD)
+	}
+}
+
 func ProbeBare(n int) {
 	for i := 0; i < n; i++ {
 		probeConn.SetDeadline(time.Now().Add(time.Second))
@@ -164,6 +181,8 @@ var stages = []struct{ name, what string }{
 	{"ProbeAppendCall", "appendCall: the prepared EVALSHA"},
 	{"ProbeDecode", "decode: the reply line"},
 	{"ProbeFallback", "fallback: the local bucket (no Redis)"},
+	{"ProbeLocalTake", "localBuckets.take: one bucket"},
+	{"ProbeTakeAll", "takeAll: the bucket math"},
 	{"ProbeBare", "reference: bare EVALSHA write, read, decode"},
 }
 
@@ -171,6 +190,7 @@ func main() {
 	n := flag.Int("n", 20000, "runs per stage")
 	memStage := flag.String("memprofile-stage", "", "write an allocation profile of this stage (e.g. ProbeSolo) to -memprofile")
 	memOut := flag.String("memprofile", "", "where -memprofile-stage's profile goes")
+	only := flag.String("only", "", "run only the stages whose names contain this")
 	flag.Parse()
 	lab, err := e2e.NewLab("costprobe")
 	if err != nil {
@@ -205,6 +225,9 @@ func main() {
 	fmt.Println("| stage | wall µs | CPU µs | allocated |")
 	fmt.Println("|---|---|---|---|")
 	for _, s := range stages {
+		if !strings.Contains(s.name, *only) {
+			continue
+		}
 		v, err := i.Eval("tollgate." + s.name)
 		if err != nil {
 			log.Fatal(err)
