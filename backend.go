@@ -65,7 +65,11 @@ func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings, h
 func redisCheck(b *backend, cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
 	ns := int64(time.Since(processStart)) + monoOrigin // monotonic(), inlined
 	atomic.StoreInt64(&b.lastUsed, ns)
-	if b.client == nil || atomic.LoadInt64(&b.breaker.nextProbe) != 0 {
+	if next := atomic.LoadInt64(&b.breaker.nextProbe); next != 0 || b.client == nil {
+		if next > ns && b.client != nil && atomic.LoadInt32(&b.probing) == 1 {
+			atomic.AddInt64(&b.skipped, 1) // skip, its common case: the prober runs
+			return errBreakerOpen
+		}
 		return b.checkOther(cmd, key, d, o, hb, ns)
 	}
 	if err := poolCheck(b.client, cmd, key, d, o.timeout, ns); err != nil {

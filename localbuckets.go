@@ -6,7 +6,9 @@ package tollgate
 // middleware's depleted buckets.
 
 import (
+	"hash/crc32"
 	"math"
+	"strings"
 	"sync"
 	"time"
 )
@@ -87,10 +89,8 @@ func newLocalBuckets(max int) *localBuckets {
 func (lb *localBuckets) take(keys []string, lims []limit, d []int64) bool {
 	k0 := keys[0]
 	j, tag := shardOf(k0, len(lb.shards))
-	for _, k := range keys[1:] {
-		if tag == 0 || len(k) < tag || k[:tag] != k0[:tag] {
-			return lb.takeSpread(keys, lims, d) // not the plugin's keys
-		}
+	if len(keys) > 1 && !sameTag(keys, tag) {
+		return lb.takeSpread(keys, lims, d) // not the plugin's keys
 	}
 	ns := lb.now()
 	now := float64(ns) / 1e3
@@ -115,6 +115,17 @@ func (lb *localBuckets) take(keys []string, lims []limit, d []int64) bool {
 	}
 	s.mu.Unlock()
 	return ok
+}
+
+// sameTag reports whether every key starts with keys[0]'s tag of tag
+// bytes (0: none).
+func sameTag(keys []string, tag int) bool {
+	for _, k := range keys[1:] {
+		if tag == 0 || len(k) < tag || k[:tag] != keys[0][:tag] {
+			return false
+		}
+	}
+	return true
 }
 
 // takeSpread is take over keys of several shards: it locks each once, in
@@ -158,21 +169,18 @@ func (s *localShard) put(key string, tat, now float64, max int) {
 	s.tats[key] = tat
 }
 
-// shardOf returns the shard of key among n, by FNV-1a over its hash tag:
+// shardOf returns the shard of key among n, by CRC-32 over its hash tag:
 // the bytes up to and including its first '}' (the whole key if it has
 // none), and the tag's length (0 if none). A request's keys share the
-// client's tag (tg{...}, source.go), so take locks one shard.
+// client's tag (tg{...}, source.go), so take locks one shard. (Two compiled
+// calls: under Yaegi a loop over the bytes costs several times more.)
 func shardOf(key string, n int) (shard, tag int) {
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h ^= uint32(key[i])
-		h *= 16777619
-		if key[i] == '}' {
-			tag = i + 1
-			break
-		}
+	tag = strings.IndexByte(key, '}') + 1
+	tagged := key
+	if tag > 0 {
+		tagged = key[:tag]
 	}
-	return int(h % uint32(n)), tag
+	return int(crc32.ChecksumIEEE([]byte(tagged)) % uint32(n)), tag
 }
 
 // sortedSet returns the distinct values of idx in increasing order (idx is

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Tollgate is the middleware handler built by New.
@@ -119,19 +120,15 @@ func withHeaders(s *policySet, headers int) *policySet {
 	return s
 }
 
-// localShares returns the fallback bucket shapes when n pods share the
-// limits (computed again when n changes).
-func (s *policySet) localShares(n int64) []limit {
-	s.localsMu.Lock()
-	defer s.localsMu.Unlock()
-	if s.localsN != n || s.locals == nil {
-		locals := make([]limit, len(s.ps))
-		for i, p := range s.ps {
-			locals[i] = p.localShare(n)
-		}
-		s.locals, s.localsN = locals, n
+// shareLocals computes the fallback bucket shapes for n pods. Requires
+// s.localsMu held.
+func (s *policySet) shareLocals(n int64) {
+	locals := make([]limit, len(s.ps))
+	for i, p := range s.ps {
+		locals[i] = p.localShare(n)
 	}
-	return s.locals
+	s.locals = locals
+	s.localsN = n
 }
 
 // policiesFor returns the policy set that applies to req, or nil.
@@ -305,7 +302,7 @@ func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 		return decidedCache
 	}
 	if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
-		return t.fallback(set, key, d)
+		return fallback(t, set, key, d)
 	}
 	if d[0] != 1 {
 		set.denied.remember(key, d)
@@ -324,7 +321,7 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 		return decidedCache
 	}
 	if redisCheck(t.be, set.cmd, rkey, d, &t.set.redis, t.hb) != nil {
-		return t.fallback(set, key, d)
+		return fallback(t, set, key, d)
 	}
 	if t.set.shards > 1 {
 		scaleRemaining(d, t.set.shards)
@@ -343,18 +340,37 @@ func scaleRemaining(d []int64, shards int64) {
 	}
 }
 
-// fallback decides without Redis: 503 (false) when a policy fails closed,
-// else the local buckets decide.
-func (t *Tollgate) fallback(set *policySet, key string, d []int64) int {
+// fallback decides without Redis: 503 (decidedUnavailable) when a policy
+// fails closed, else the local buckets decide, with the limits shared by
+// the pods seen (heartbeat.go). A plain function, its cold parts out of
+// line (see ServeHTTP).
+func fallback(t *Tollgate, set *policySet, key string, d []int64) int {
 	if set.failClosed {
 		atomic.AddInt64(&t.be.closed, 1)
 		return decidedUnavailable
 	}
 	atomic.AddInt64(&t.be.fallbacks, 1)
-	keys := make([]string, len(set.ps))
-	for i, p := range set.ps {
+	n := replicasSeen(t.hb, t.set.replicas, int64(time.Since(processStart))+monoOrigin)
+	keys := []string{key + set.ps[0].keySuffix}
+	if len(set.ps) > 1 {
+		keys = set.localKeys(key)
+	}
+	set.localsMu.Lock()
+	if set.localsN != n || set.locals == nil {
+		set.shareLocals(n)
+	}
+	lims := set.locals
+	set.localsMu.Unlock()
+	t.local.take(keys, lims, d)
+	return decidedLocal
+}
+
+// localKeys returns the local bucket keys of the client key: one per
+// policy.
+func (s *policySet) localKeys(key string) []string {
+	keys := make([]string, len(s.ps))
+	for i, p := range s.ps {
 		keys[i] = key + p.keySuffix
 	}
-	t.local.take(keys, set.localShares(replicasSeen(t.hb, t.set.replicas, t.be.now())), d)
-	return decidedLocal
+	return keys
 }

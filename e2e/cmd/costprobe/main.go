@@ -38,9 +38,10 @@ const probeSource = `package tollgate
 import (
 	"context"
 	"net"
-	"net/http"
-	"time"
 	"bufio"
+	"net/http"
+	"sync/atomic"
+	"time"
 )
 
 var (
@@ -140,20 +141,35 @@ func ProbeDecode(n int) {
 
 func ProbeFallback(n int) {
 	for i := 0; i < n; i++ {
-		probeT.fallback(probeT.top, probeKey, probeD)
+		fallback(probeT, probeT.top, probeKey, probeD)
 	}
+}
+
+// ProbeDecideOpen is decide while the breaker is open (the prober marked
+// as running, so none starts): the local fallback's whole path.
+func ProbeDecideOpen(n int) {
+	b := probeT.be
+	atomic.StoreInt32(&b.probing, 1)
+	atomic.StoreInt64(&b.breaker.nextProbe, monotonic()+int64(time.Hour))
+	for i := 0; i < n; i++ {
+		decide(probeT, probeT.top, probeReq, probeD)
+	}
+	atomic.StoreInt64(&b.breaker.nextProbe, 0)
+	atomic.StoreInt32(&b.probing, 0)
 }
 
 func ProbeLocalTake(n int) {
 	keys := []string{probeKey}
-	lims := probeT.top.localShares(1)
+	probeT.top.shareLocals(1)
+	lims := probeT.top.locals
 	for i := 0; i < n; i++ {
 		probeT.local.take(keys, lims, probeD)
 	}
 }
 
 func ProbeTakeAll(n int) {
-	lims := probeT.top.localShares(1)
+	probeT.top.shareLocals(1)
+	lims := probeT.top.locals
 	tats := make([]float64, 1)
 	for i := 0; i < n; i++ {
 		tats[0] = 0
@@ -180,6 +196,7 @@ var stages = []struct{ name, what string }{
 	{"ProbeSolo", "solo: write, read, decode on one connection"},
 	{"ProbeAppendCall", "appendCall: the prepared EVALSHA"},
 	{"ProbeDecode", "decode: the reply line"},
+	{"ProbeDecideOpen", "decide, breaker open: key, breaker, fallback"},
 	{"ProbeFallback", "fallback: the local bucket (no Redis)"},
 	{"ProbeLocalTake", "localBuckets.take: one bucket"},
 	{"ProbeTakeAll", "takeAll: the bucket math"},
