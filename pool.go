@@ -1,12 +1,14 @@
 package tollgate
 
 // The pool: the connections to one Redis node, shared by every check in
-// flight (wire.go). A check takes the least busy connection; when every
-// connection is busy and fewer than poolSize are open, one more is dialled
-// off the request's clock while the check pipelines on a busy one. So
-// concurrency never waits for a dial or for a free connection, and a burst
-// at a pod that just started, scaled up or reconnected is answered by
-// Redis.
+// flight (wire.go). A check takes an idle connection and runs alone on it
+// (solo, the interpreter's cheapest path); when none is idle and fewer
+// than poolSize are open, one more is dialled off the request's clock
+// while the check pipelines on the least busy one. So concurrency never
+// waits for a dial or for a free connection, and a burst at a pod that
+// just started, scaled up or reconnected is answered by Redis; the pool
+// follows the checks in flight, and connections unused for idleTimeout
+// are closed.
 //
 // Only when no connection is open at all (New's warm-up dial not done yet,
 // or every connection dropped by a Redis restart) does a check wait, for

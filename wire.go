@@ -10,10 +10,10 @@ package tollgate
 // turn (the reader). The reader reads replies in order, hands each to its
 // call and wakes that call's check, until its own reply is in and no other
 // reply is buffered; then it passes the reading on to the first check still
-// waiting. So a check alone on its connection writes, reads its own reply
-// and returns (no hand-off, as with a connection of its own), and a burst
-// shares a few connections without a dial, a wait for a free connection,
-// or a syscall per check.
+// waiting. A check that finds the connection idle takes a path of its own
+// (solo): it writes, reads its own reply and returns in one frame, as with
+// a connection of its own. So a burst shares a few connections without a
+// dial, a wait for a free connection, or a syscall per check.
 //
 // Deadlines. A call's deadline is its write time plus its timeout, renewed
 // when the reply before it on its connection arrives (up to queueWait
@@ -22,10 +22,10 @@ package tollgate
 // through a burst written before it did not find Redis slow). The reader
 // reads until the deadline of the oldest call still waiting; when it
 // passes, every waiting call past its deadline fails with errTimeout and
-// leaves; its reply, when it comes, is read and dropped. A connection that still owes a reply staleAfter past
-// its deadline is closed. No select and no timer: the socket's deadline
-// bounds every wait (see STYLE.md), and a check waits on a channel of its
-// own that only the reader sends to.
+// leaves; its reply, when it comes, is read and dropped. A connection that
+// still owes a reply staleAfter past its deadline is closed. No select and
+// no timer: the socket's deadline bounds every wait, and a check waits on
+// a channel of its own that only the reader sends to.
 //
 // A connection whose stream can no longer be trusted (a write error,
 // which crypto/tls makes permanent, a read error, a reply no call of ours
@@ -92,7 +92,7 @@ type rconn struct {
 	reading   bool          // a check holds the reading role
 	dead      error         // not nil once the stream is unusable
 	inflight  int64         // len(queue), read atomically by the pool; deadLoad once dead
-	solo      call          // the call of a check alone on the connection (alone)
+	solo      call          // the call of a check alone on the connection (solo)
 	mixed     bool          // calls with different timeouts were written on it
 	readUntil time.Time     // the reader's read deadline
 	timeout   time.Duration // the timeout of the calls written so far
@@ -528,10 +528,16 @@ func (cn *rconn) kill(err error) {
 // deadLoad is a dead connection's load: the pool never picks it.
 const deadLoad = int64(1) << 40
 
-// close kills the connection unless calls are in flight on it; it reports
+// closeIfIdle kills the connection unless calls are in flight on it; it reports
 // whether it did.
+//
+// A connection whose lock is held is in use (solo holds it while it
+// writes, which a Redis that stopped reading may make last a write
+// budget): it is not waited for.
 func (cn *rconn) closeIfIdle() bool {
-	cn.mu.Lock()
+	if !cn.mu.TryLock() {
+		return false
+	}
 	defer cn.mu.Unlock()
 	if len(cn.queue) > 0 || cn.reading {
 		return false
