@@ -45,10 +45,12 @@ bench:
 		-out ../bench/results.md -chart ../bench/chart.png -profile ../.build/traefik-cpu.pprof
 
 # One check in isolation, compiled and under Yaegi, with reference points
-# (redigo, a bare EVALSHA, redis-benchmark).
+# (redigo, a bare EVALSHA, redis-benchmark); then where an interpreted
+# check's CPU and allocations go, stage by stage, and the plugin's own work
+# per check on the Redis and the fallback paths.
 bench-check:
 	scripts/deps.sh
-	cd e2e && go run ./cmd/checkbench
+	cd e2e && go run ./cmd/checkbench && go run ./cmd/costprobe
 
 # Re-create vendor/ from go.mod and re-apply patches/.
 vendor:

@@ -161,10 +161,10 @@ type RedisConfig struct {
 	Timeout string `json:"timeout,omitempty" yaml:"timeout,omitempty" toml:"timeout,omitempty"`
 	// PoolSize caps the connections per process and Redis node that carry
 	// checks (the heartbeat has one more of its own). A check takes an idle
-	// connection; when none is idle, one more is dialled, off the request's
-	// clock, and meanwhile the check is pipelined on the least busy one
-	// (each carries any number at once). So the pool follows the checks
-	// actually in flight, up to PoolSize. 0 means 64.
+	// connection; when none is idle it is pipelined on the least busy one
+	// (each carries any number at once), and one more is dialled, off the
+	// request's clock, when that one carries 2 per connection open (about
+	// sqrt(concurrency/2) connections). 0 means 64.
 	PoolSize int64 `json:"poolSize,omitempty" yaml:"poolSize,omitempty" toml:"poolSize,omitempty"`
 	// Pipeline is accepted for compatibility and ignored: concurrent checks
 	// are always pipelined on a few shared connections per node (see

@@ -2,13 +2,13 @@ package tollgate
 
 // The pool: the connections to one Redis node, shared by every check in
 // flight (wire.go). A check takes an idle connection and runs alone on it
-// (solo, the interpreter's cheapest path); when none is idle and fewer
-// than poolSize are open, one more is dialled off the request's clock
-// while the check pipelines on the least busy one. So concurrency never
-// waits for a dial or for a free connection, and a burst at a pod that
-// just started, scaled up or reconnected is answered by Redis; the pool
-// follows the checks in flight, and connections unused for idleTimeout
-// are closed.
+// (solo, the interpreter's cheapest path); when none is idle it pipelines
+// on the least busy one, and when that one carries growAt calls per open
+// connection and fewer than poolSize are open, one more is dialled off the
+// request's clock. So concurrency never waits for a dial or for a free
+// connection, a burst at a pod that just started, scaled up or reconnected
+// is answered by Redis, and a few connections carry hundreds of checks at
+// once. Connections unused for idleTimeout are closed (all but one).
 //
 // Only when no connection is open at all (New's warm-up dial not done yet,
 // or every connection dropped by a Redis restart) does a check wait, for
@@ -34,6 +34,13 @@ var (
 // idleTimeout closes connections unused for this long (the last one
 // stays).
 const idleTimeout = time.Minute
+
+// growAt sets when the pool grows: when its least busy connection has
+// growAt calls in flight per connection open. So n connections carry
+// about growAt*n*n checks at once before one more is dialled: a few
+// connections for a burst of hundreds (pipelining makes a deep queue
+// cheap), up to poolSize.
+const growAt = 2
 
 // pruneEvery spaces the pool's looks for idle connections.
 const pruneEvery = int64(time.Second)
@@ -105,9 +112,12 @@ func (c *redisClient) pick(notBefore int64) (*rconn, error) {
 			}
 		}
 		if best != nil {
+			if load >= growAt*int64(len(c.conns)) && c.dialing == 0 && len(c.conns) < c.poolSize {
+				c.startDial()
+			}
 			ns := c.mono()
 			best.used = ns
-			c.tend(load > 0, ns)
+			c.tend(ns)
 			c.mu.Unlock()
 			return best, nil
 		}
@@ -321,8 +331,8 @@ func (c *redisClient) check(cmd *command, key string, d []int64, timeout time.Du
 
 // poolCheck is the hot path of a check on this node (see
 // Tollgate.ServeHTTP), at monotonic ns: it takes an idle connection and
-// runs alone on it (solo); when none is idle, the pool grows and the check
-// pipelines on the least busy connection (shared).
+// runs alone on it (solo); when none is idle, the check pipelines on the
+// least busy connection (shared), and the pool may grow (pick).
 func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time.Duration, ns int64) error {
 	var cn *rconn
 	c.mu.Lock()
@@ -333,8 +343,8 @@ func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time
 			break
 		}
 	}
-	if cn == nil || ns-c.lastPrune >= pruneEvery {
-		c.tend(cn == nil, ns)
+	if ns-c.lastPrune >= pruneEvery {
+		c.tend(ns)
 	}
 	c.mu.Unlock()
 	if cn != nil {
@@ -348,12 +358,9 @@ func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time
 	return c.shared(cmd, key, d, timeout, cmd.shaHead, 0)
 }
 
-// tend grows the pool when no connection is idle (busy), and prunes idle
-// connections at most every pruneEvery. Requires c.mu held.
-func (c *redisClient) tend(busy bool, ns int64) {
-	if busy && c.dialing == 0 && len(c.conns) > 0 && len(c.conns) < c.poolSize {
-		c.startDial()
-	}
+// tend prunes idle connections at most every pruneEvery. Requires c.mu
+// held.
+func (c *redisClient) tend(ns int64) {
 	if ns-c.lastPrune >= pruneEvery {
 		c.lastPrune = ns
 		if len(c.conns) > 1 {

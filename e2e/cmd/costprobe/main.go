@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -181,26 +182,25 @@ func ProbeBare(n int) {
 	for i := 0; i < n; i++ {
 		probeConn.SetDeadline(time.Now().Add(time.Second))
 		probeConn.Write(probeCall)
-		line, _ := probeBR.ReadSlice('\n')
-		decode(line, probeD)
+		probeBR.ReadSlice('\n')
 	}
 }
 `
 
-var stages = []struct{ name, what string }{
-	{"ProbeServeHTTP", "ServeHTTP, admitted by Redis (everything)"},
-	{"ProbeDecide", "decide: key, deny cache, Redis check"},
-	{"ProbeKey", "hashKey: the client key of a header identity"},
-	{"ProbeRedisCheck", "redisCheck: breaker, pool, exchange"},
-	{"ProbePoolCheck", "poolCheck: an idle connection, exchange"},
-	{"ProbeSolo", "solo: write, read, decode on one connection"},
-	{"ProbeAppendCall", "appendCall: the prepared EVALSHA"},
-	{"ProbeDecode", "decode: the reply line"},
-	{"ProbeDecideOpen", "decide, breaker open: key, breaker, fallback"},
-	{"ProbeFallback", "fallback: the local bucket (no Redis)"},
-	{"ProbeLocalTake", "localBuckets.take: one bucket"},
-	{"ProbeTakeAll", "takeAll: the bucket math"},
-	{"ProbeBare", "reference: bare EVALSHA write, read, decode"},
+var stages = []stage{
+	{name: "ProbeServeHTTP", what: "ServeHTTP, admitted by Redis (everything)"},
+	{name: "ProbeDecide", what: "decide: key, deny cache, Redis check"},
+	{name: "ProbeKey", what: "hashKey: the client key of a header identity"},
+	{name: "ProbeRedisCheck", what: "redisCheck: breaker, pool, exchange"},
+	{name: "ProbePoolCheck", what: "poolCheck: an idle connection, exchange"},
+	{name: "ProbeSolo", what: "solo: write, read, decode on one connection"},
+	{name: "ProbeAppendCall", what: "appendCall: the prepared EVALSHA"},
+	{name: "ProbeDecode", what: "decode: the reply line"},
+	{name: "ProbeDecideOpen", what: "decide, breaker open: key, breaker, fallback"},
+	{name: "ProbeFallback", what: "fallback: the local bucket (no Redis)"},
+	{name: "ProbeLocalTake", what: "localBuckets.take: one bucket"},
+	{name: "ProbeTakeAll", what: "takeAll: the bucket math"},
+	{name: "ProbeBare", what: "reference: the bare prepared EVALSHA, written and its reply read"},
 }
 
 func main() {
@@ -208,6 +208,7 @@ func main() {
 	memStage := flag.String("memprofile-stage", "", "write an allocation profile of this stage (e.g. ProbeSolo) to -memprofile")
 	memOut := flag.String("memprofile", "", "where -memprofile-stage's profile goes")
 	only := flag.String("only", "", "run only the stages whose names contain this")
+	rounds := flag.Int("rounds", 3, "rounds over the stages (figures: median of the rounds)")
 	flag.Parse()
 	lab, err := e2e.NewLab("costprobe")
 	if err != nil {
@@ -238,38 +239,81 @@ func main() {
 	if err := setup.Interface().(func(string, http.ResponseWriter, http.Handler) error)(lab.Redis.Addr, rw, nop); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("# Where an interpreted check goes (Yaegi, %s, %d runs per stage, %d CPUs)\n\n", runtime.Version(), *n, runtime.NumCPU())
-	fmt.Println("| stage | wall µs | CPU µs | allocated |")
-	fmt.Println("|---|---|---|---|")
+	fmt.Printf("# Where an interpreted check goes (Yaegi, %s, %d CPUs; each stage %d runs, %d rounds interleaved, median [min–max])\n\n",
+		runtime.Version(), runtime.NumCPU(), *n, *rounds)
+	var run []stage
 	for _, s := range stages {
-		if !strings.Contains(s.name, *only) {
-			continue
+		if strings.Contains(s.name, *only) {
+			v, err := i.Eval("tollgate." + s.name)
+			if err != nil {
+				log.Fatal(err)
+			}
+			s.f = v.Interface().(func(int))
+			s.f(*n / 10) // warm up
+			run = append(run, s)
 		}
-		v, err := i.Eval("tollgate." + s.name)
-		if err != nil {
-			log.Fatal(err)
-		}
-		f := v.Interface().(func(int))
-		f(*n / 10)
-		if s.name == *memStage {
-			runtime.MemProfileRate = 1
-		}
-		runtime.GC()
-		var m0, m1 runtime.MemStats
-		runtime.ReadMemStats(&m0)
-		c0 := cpu()
-		t0 := time.Now()
-		f(*n)
-		wall := time.Since(t0)
-		c1 := cpu()
-		runtime.ReadMemStats(&m1)
-		if s.name == *memStage {
-			writeMemProfile(*memOut)
-			runtime.MemProfileRate = 0
-		}
-		fmt.Printf("| %s | %.1f | %.1f | %.1f KB |\n", s.what, float64(wall.Nanoseconds())/float64(*n)/1e3,
-			float64(c1-c0)/float64(*n)/1e3, float64(m1.TotalAlloc-m0.TotalAlloc)/float64(*n)/1024)
 	}
+	for r := 0; r < *rounds; r++ {
+		for k := range run {
+			s := &run[k]
+			profile := r == 0 && s.name == *memStage
+			if profile {
+				runtime.MemProfileRate = 1
+			}
+			runtime.GC()
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			c0 := cpu()
+			t0 := time.Now()
+			s.f(*n)
+			wall := time.Since(t0)
+			c1 := cpu()
+			runtime.ReadMemStats(&m1)
+			if profile {
+				writeMemProfile(*memOut)
+				runtime.MemProfileRate = 0
+			}
+			s.wall = append(s.wall, float64(wall.Nanoseconds())/float64(*n)/1e3)
+			s.cpu = append(s.cpu, float64(c1-c0)/float64(*n)/1e3)
+			s.kb = append(s.kb, float64(m1.TotalAlloc-m0.TotalAlloc)/float64(*n)/1024)
+		}
+	}
+	fmt.Println("| stage | wall µs | CPU µs (GC included) | allocated KB |")
+	fmt.Println("|---|---|---|---|")
+	byName := map[string]*stage{}
+	for k := range run {
+		s := &run[k]
+		byName[s.name] = s
+		fmt.Printf("| %s | %s | %s | %s |\n", s.what, spread(s.wall), spread(s.cpu), spread(s.kb))
+	}
+	serve, bare, open := byName["ProbeServeHTTP"], byName["ProbeBare"], byName["ProbeDecideOpen"]
+	if serve != nil && bare != nil {
+		var cpu, kb []float64
+		for r := range serve.cpu {
+			cpu = append(cpu, serve.cpu[r]-bare.cpu[r])
+			kb = append(kb, serve.kb[r]-bare.kb[r])
+		}
+		fmt.Printf("\nInterpreted plugin work per check, Redis path (ServeHTTP minus the bare EVALSHA write and read, same round): %s µs CPU, %s KB allocated\n",
+			spread(cpu), spread(kb))
+	}
+	if open != nil {
+		fmt.Printf("Interpreted plugin work per check, fallback path (breaker open, local bucket): %s µs CPU, %s KB allocated\n",
+			spread(open.cpu), spread(open.kb))
+	}
+}
+
+// stage is one Probe function and its figures, one per round.
+type stage struct {
+	name, what    string
+	f             func(int)
+	wall, cpu, kb []float64
+}
+
+// spread formats the median and range of v.
+func spread(v []float64) string {
+	c := append([]float64(nil), v...)
+	sort.Float64s(c)
+	return fmt.Sprintf("%.1f [%.1f–%.1f]", c[len(c)/2], c[0], c[len(c)-1])
 }
 
 // discard is a ResponseWriter that keeps its header map (the headers of
