@@ -41,12 +41,15 @@ import (
 	"net"
 	"bufio"
 	"net/http"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
 var (
 	probeT    *Tollgate
+	probeP    *Tollgate // poolSize 2, db 1: a backend of its own, whose checks mostly share connections
 	probeReq  *http.Request
 	probeRW   http.ResponseWriter
 	probeD    []int64
@@ -71,6 +74,12 @@ func ProbeSetup(addr string, rw http.ResponseWriter, next http.Handler) error {
 		return err
 	}
 	probeT = h.(*Tollgate)
+	cfg.Redis.PoolSize = 2
+	cfg.Redis.DB = 1
+	if h, err = New(context.Background(), next, cfg, "probe-pipelined"); err != nil {
+		return err
+	}
+	probeP = h.(*Tollgate)
 	probeReq, _ = http.NewRequest("GET", "http://probe/", nil)
 	probeReq.Header.Set("X-API-Key", "probe-key")
 	probeReq.RemoteAddr = "127.0.0.1:1"
@@ -98,6 +107,23 @@ func ProbeDecide(n int) {
 	for i := 0; i < n; i++ {
 		decide(probeT, probeT.top, probeReq, probeD)
 	}
+}
+
+// ProbeShared is redisCheck from 32 goroutines at once on a pool of 2
+// connections: most checks are pipelined behind others (the shared way).
+func ProbeShared(n int) {
+	var wg sync.WaitGroup
+	for g := 0; g < 32; g++ {
+		wg.Add(1)
+		go func(key string) {
+			defer wg.Done()
+			d := make([]int64, 4)
+			for i := 0; i < n/32; i++ {
+				redisCheck(probeP.be, probeP.top.cmd, key, d, &probeP.set.redis, nil)
+			}
+		}(hashKey(probeP.set.headerTag + strconv.Itoa(g)))
+	}
+	wg.Wait()
 }
 
 func ProbeKey(n int) {
@@ -190,6 +216,7 @@ func ProbeBare(n int) {
 var stages = []stage{
 	{name: "ProbeServeHTTP", what: "ServeHTTP, admitted by Redis (everything)"},
 	{name: "ProbeDecide", what: "decide: key, deny cache, Redis check"},
+	{name: "ProbeShared", what: "redisCheck, 32 at once on 2 connections (mostly pipelined)"},
 	{name: "ProbeKey", what: "hashKey: the client key of a header identity"},
 	{name: "ProbeRedisCheck", what: "redisCheck: breaker, pool, exchange"},
 	{name: "ProbePoolCheck", what: "poolCheck: an idle connection, exchange"},
