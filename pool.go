@@ -300,8 +300,11 @@ func (c *redisClient) roundTrip(pre *call, prefix []byte, cmd *command, head []b
 			cn.mu.Unlock()
 			err = cl.err
 		}
-		if err == nil || attempt == 1 || !connLost(err) {
-			if dead := cn.deadErr(); err != nil && dead != nil {
+		if err == nil {
+			return cl, nil
+		}
+		if attempt == 1 || !connLost(err) {
+			if dead := cn.deadErr(); dead != nil {
 				c.drop(cn, dead == errStale)
 			}
 			return cl, err
@@ -348,7 +351,7 @@ func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time
 	}
 	c.mu.Unlock()
 	if cn != nil {
-		if ok, err := solo(cn, cmd, key, d, timeout, c.now, ns); ok {
+		if ok, err := solo(cn, cmd, key, d, timeout, c.now); ok {
 			if err != nil {
 				return c.soloFailed(cn, cmd, key, d, timeout, err)
 			}

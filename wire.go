@@ -84,7 +84,8 @@ type rconn struct {
 	part []byte // a reply line read in part (reader only)
 
 	wmu        sync.Mutex // held while a call is queued and written (but see solo)
-	wbuf       []byte     // guarded by wmu, or by mu while the queue is empty
+	wbuf       []byte     // guarded by wmu
+	sbuf       []byte     // solo's own, guarded by mu
 	writeUntil int64      // monotonic ns until which the write deadline set leaves a write budget (solo); 0: set it
 
 	mu        sync.Mutex
@@ -94,7 +95,7 @@ type rconn struct {
 	inflight  int64         // len(queue), read atomically by the pool; deadLoad once dead
 	solo      call          // the call of a check alone on the connection (solo)
 	mixed     bool          // calls with different timeouts were written on it
-	readUntil time.Time     // the reader's read deadline
+	readUntil int64         // the reader's read deadline, monotonic ns
 	timeout   time.Duration // the timeout of the calls written so far
 	used      int64         // monotonic ns when the pool last handed it out (guarded by the pool's mu)
 	born      int64         // monotonic ns when it joined the pool
@@ -104,9 +105,9 @@ type rconn struct {
 // status line: the decision, +PONG, +OK) or its error. Fields are guarded
 // by the connection's mu; line and err are read by the caller once done.
 type call struct {
-	sent     time.Time     // when its write returned; zero until then
-	timeout  time.Duration // its budget, from sent or from the reply before it
-	deadline time.Time
+	sent     int64 // monotonic ns (clock.go) when its write returned; 0 until then
+	timeout  int64 // ns: its budget, from sent or from the reply before it
+	deadline int64 // monotonic ns; 0 until written
 	line     []byte
 	err      error
 	done     bool
@@ -193,7 +194,7 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 	if err == nil {
 		_, err = cn.nc.Write(cn.wbuf)
 	}
-	sent := clock()
+	sent := monotonic()
 	cn.mu.Lock()
 	if err != nil {
 		// This call (and pre) may be tried again; those written before it
@@ -207,16 +208,16 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 		// One field a statement: Yaegi v0.16.1 drops the first values of a
 		// multiple assignment to fields whose last value is a call.
 		cl.sent = sent
-		cl.timeout = timeout
-		cl.deadline = sent.Add(timeout)
+		cl.timeout = int64(timeout)
+		cl.deadline = sent + int64(timeout)
 		if pre != nil {
 			pre.sent = sent
-			pre.timeout = timeout
+			pre.timeout = cl.timeout
 			pre.deadline = cl.deadline
 		}
-		if cn.mixed && cn.reading && cl.deadline.Before(cn.readUntil) {
+		if cn.mixed && cn.reading && cl.deadline < cn.readUntil {
 			cn.readUntil = cl.deadline
-			_ = cn.nc.SetReadDeadline(cl.deadline)
+			_ = cn.nc.SetReadDeadline(wallTime(cl.deadline))
 		}
 	}
 	cn.mu.Unlock()
@@ -237,7 +238,7 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 // when the last one set is less than a write budget away (writeUntil).
 // The decision is decoded before the lock is released: cn.solo is the
 // next check's once the queue is empty.
-func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration, clock func() time.Time, ns int64) (bool, error) {
+func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration, clock func() time.Time) (bool, error) {
 	cn.mu.Lock()
 	if cn.dead != nil || len(cn.queue) > 0 || cn.reading {
 		cn.mu.Unlock()
@@ -249,26 +250,30 @@ func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration,
 	cn.queue = append(cn.queue, cl)
 	cn.reading = true
 	atomic.StoreInt64(&cn.inflight, 1)
+	if cn.timeout != timeout { // as send does: the reader's deadline needs it
+		cn.mixed = cn.timeout != 0
+		cn.timeout = timeout
+	}
 	if len(cmd.mid) == 0 {
-		cn.wbuf = append(append(append(cn.wbuf[:0], cmd.shaHead...), key...), cmd.tail...)
+		cn.sbuf = append(append(append(cn.sbuf[:0], cmd.shaHead...), key...), cmd.tail...)
 	} else {
-		cn.wbuf = appendCall(cn.wbuf[:0], cmd, cmd.shaHead, key)
+		cn.sbuf = appendCall(cn.sbuf[:0], cmd, cmd.shaHead, key)
 	}
 	var err error
-	if ns >= cn.writeUntil {
-		err = cn.renewWriteDeadline(ns, timeout, clock)
+	if now := int64(time.Since(processStart)) + monoOrigin; now >= cn.writeUntil { // monotonic(), inlined, after the locks
+		err = cn.renewWriteDeadline(now, timeout, clock)
 	}
 	if err == nil {
-		_, err = cn.nc.Write(cn.wbuf)
+		_, err = cn.nc.Write(cn.sbuf)
 	}
 	if err != nil {
 		return true, cn.writeFailed(cl)
 	}
 	// Only the deadline: cl is the head, so nothing extends it (sent and
 	// timeout are for calls behind others).
-	cl.deadline = clock().Add(timeout)
+	cl.deadline = int64(time.Since(processStart)) + monoOrigin + int64(timeout) // monotonic(), inlined
 	cn.readUntil = cl.deadline
-	err = cn.nc.SetReadDeadline(cl.deadline)
+	err = cn.nc.SetReadDeadline(processStart.Add(time.Duration(cl.deadline - monoOrigin))) // wallTime, inlined
 	cn.mu.Unlock()
 	var line []byte
 	if err == nil {
@@ -373,17 +378,24 @@ func (cn *rconn) serve(me *call) {
 		// The deadline is set under the lock: a call written meanwhile with
 		// an earlier one lowers it (send).
 		cn.readUntil = cn.oldestDeadline()
-		err := cn.nc.SetReadDeadline(cn.readUntil)
+		err := cn.nc.SetReadDeadline(wallTime(cn.readUntil))
 		cn.mu.Unlock()
 		var line []byte
 		if err == nil {
-			line, err = cn.readLine()
+			line, err = cn.br.ReadSlice('\n') // readLine, its common case inlined
+			if err != nil || len(cn.part) > 0 {
+				line, err = cn.readMore(line, err)
+			}
 		}
 		cn.mu.Lock()
 		if cn.dead != nil {
 			break // killed meanwhile (a failed write): every call failed
 		}
-		cn.take(line, err)
+		if err == nil && line[0] == '+' && len(line) >= 3 {
+			finish(cn.pop(), line, nil) // take, its common case inlined
+		} else {
+			cn.take(line, err)
+		}
 	}
 	cn.release()
 }
@@ -395,7 +407,7 @@ func (cn *rconn) take(line []byte, err error) {
 	if err != nil {
 		if !isTimeout(err) {
 			cn.kill(err)
-		} else if cn.expire(time.Now()) {
+		} else if cn.expire(monotonic()) {
 			cn.kill(errStale)
 		}
 		return
@@ -422,7 +434,7 @@ func (cn *rconn) pop() *call {
 	cn.queue = cn.queue[1:]
 	atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
 	if len(cn.queue) > 0 {
-		cn.queue[0].extend(time.Now())
+		cn.queue[0].extend(monotonic())
 	}
 	return cl
 }
@@ -445,15 +457,15 @@ func (cn *rconn) release() {
 // burst) waits for Redis to work through the calls before it, which says
 // nothing of Redis's health. Never past queueWait timeouts after its
 // write, and not while it is still being written. Requires cn.mu held.
-func (cl *call) extend(now time.Time) {
-	if cl.done || cl.deadline.IsZero() {
+func (cl *call) extend(now int64) {
+	if cl.done || cl.deadline == 0 {
 		return
 	}
-	d := now.Add(cl.timeout)
-	if last := cl.sent.Add(queueWait * cl.timeout); d.After(last) {
+	d := now + cl.timeout
+	if last := cl.sent + queueWait*cl.timeout; d > last {
 		d = last
 	}
-	if d.After(cl.deadline) {
+	if d > cl.deadline {
 		cl.deadline = d
 	}
 }
@@ -468,28 +480,31 @@ const queueWait = 10
 // scan (middlewares with other timeouts share the connection). A call
 // still being written has none yet: the reader looks again within
 // staleAfter. Requires cn.mu held.
-func (cn *rconn) oldestDeadline() time.Time {
-	var earliest time.Time
+func (cn *rconn) oldestDeadline() int64 {
+	var earliest int64
 	for _, cl := range cn.queue {
 		if cl.done {
 			continue
 		}
 		d := cl.deadline
-		if d.IsZero() {
-			d = time.Now().Add(staleAfter)
+		if d == 0 {
+			d = monotonic() + int64(staleAfter)
 		}
-		if earliest.IsZero() || d.Before(earliest) {
+		if earliest == 0 || d < earliest {
 			earliest = d
 		}
 		if !cn.mixed {
 			break
 		}
 	}
-	if earliest.IsZero() {
-		return cn.queue[0].deadline.Add(staleAfter)
+	if earliest == 0 {
+		return cn.queue[0].deadline + int64(staleAfter)
 	}
 	return earliest
 }
+
+// wallTime is the wall-clock time of monotonic ns, for socket deadlines.
+func wallTime(ns int64) time.Time { return processStart.Add(time.Duration(ns - monoOrigin)) }
 
 // staleAfter is how long past its deadline a connection may owe a reply
 // before it is closed (a frozen or overloaded Redis).
@@ -498,9 +513,9 @@ const staleAfter = 250 * time.Millisecond
 // expire fails the waiting calls whose deadline has passed, and reports
 // whether the connection owes a reply staleAfter past its deadline.
 // Requires cn.mu held.
-func (cn *rconn) expire(now time.Time) bool {
+func (cn *rconn) expire(now int64) bool {
 	for _, cl := range cn.queue {
-		if !cl.done && !cl.deadline.IsZero() && !now.Before(cl.deadline) {
+		if !cl.done && cl.deadline != 0 && now >= cl.deadline {
 			finish(cl, nil, errTimeout)
 		}
 	}
@@ -508,7 +523,7 @@ func (cn *rconn) expire(now time.Time) bool {
 		return false
 	}
 	head := cn.queue[0].deadline
-	return !head.IsZero() && now.Sub(head) > staleAfter
+	return head != 0 && now-head > int64(staleAfter)
 }
 
 // kill marks the connection dead with err, fails every queued call and
@@ -691,8 +706,8 @@ func appendCall(b []byte, cmd *command, head []byte, key string) []byte {
 }
 
 // decode parses a decision's status line ("+1 4 0 1000\r\n", at least 3
-// bytes) into d and checks it: len(d) non-negative integers of 1 to
-// maxDigits digits, single spaces between them, d[0] 0 or 1, and a refusal
+// bytes) into d and checks it: len(d) integers from 0 to the largest
+// int64, of 1 to maxDigits digits, single spaces between them, d[0] 0 or 1, and a refusal
 // names a wait. One pass and no call: the interpreter's cheapest parse
 // (fmt.Sscan boxes every target; strconv is a call per number).
 func decode(line []byte, d []int64) error {
@@ -706,7 +721,7 @@ func decode(line []byte, d []int64) error {
 	for i := 1; i <= end; i++ {
 		c := line[i]
 		if c == ' ' || i == end {
-			if i == start || i-start > maxDigits || k == len(d) || c == ' ' && k == len(d)-1 {
+			if i == start || i-start > maxDigits || v < 0 || k == len(d) || c == ' ' && k == len(d)-1 {
 				return errBadReply
 			}
 			d[k] = v
@@ -728,9 +743,10 @@ func decode(line []byte, d []int64) error {
 	return nil
 }
 
-// maxDigits bounds a number of a decision (an int64 holds 18 digits
-// whatever they are).
-const maxDigits = 18
+// maxDigits bounds a number of a decision: an int64 has 19 digits; 19
+// digits overflow at most once, into a negative number, which decode
+// refuses.
+const maxDigits = 19
 
 // checkDecision refuses a decision no correct script sends: d[0] not 0 or
 // 1, or a refusal that names no wait.

@@ -201,11 +201,16 @@ func TestDecodeAgreesWithFields(t *testing.T) {
 			if s == "" || len(s) > maxDigits || strings.Trim(s, "0123456789") != "" {
 				return nil, false
 			}
-			d[i], _ = strconv.ParseInt(s, 10, 64)
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return nil, false
+			}
+			d[i] = v
 		}
 		return d, checkDecision(d) == nil
 	}
-	numbers := []string{"0", "1", "2", "9", "10", "123456789", "999999999999999999", "1000000000000000000", ""}
+	numbers := []string{"0", "1", "2", "9", "10", "123456789", "999999999999999999", "1000000000000000000",
+		"9223372036854775807", "9223372036854775808", "9999999999999999999", "10000000000000000000", ""}
 	noise := []string{" ", "-", "+", "x", "\r", "\n", "1"}
 	r := rand.New(rand.NewSource(1))
 	valid := 0

@@ -149,7 +149,7 @@ func ProbeSolo(n int) {
 	c := probeT.be.client
 	cn := c.conns[0]
 	for i := 0; i < n; i++ {
-		solo(cn, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, c.now, monotonic())
+		solo(cn, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, c.now)
 	}
 }
 
