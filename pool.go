@@ -40,7 +40,7 @@ const idleTimeout = time.Minute
 // about growAt*n*n checks at once before one more is dialled: a few
 // connections for a burst of hundreds (pipelining makes a deep queue
 // cheap), up to poolSize.
-const growAt = 2
+const growAt = 1
 
 // pruneEvery spaces the pool's looks for idle connections.
 const pruneEvery = int64(time.Second)
@@ -112,12 +112,9 @@ func (c *redisClient) pick(notBefore int64) (*rconn, error) {
 			}
 		}
 		if best != nil {
-			if load >= growAt*int64(len(c.conns)) && c.dialing == 0 && len(c.conns) < c.poolSize {
-				c.startDial()
-			}
 			ns := c.mono()
 			best.used = ns
-			c.tend(ns)
+			c.tend(load >= growAt*int64(len(c.conns)), ns)
 			c.mu.Unlock()
 			return best, nil
 		}
@@ -283,39 +280,53 @@ func (c *redisClient) openConns() int {
 // nil) the script call starting with head for key, with pre (not nil)
 // answering the prefix. On a connection the server had closed (a Redis
 // restart), the pool's idle connections are closed too and the call is
-// tried once more on another, or a new one.
+// tried once more on another, or a new one (retry).
 func (c *redisClient) roundTrip(pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration, notBefore int64) (*call, error) {
-	for attempt := 0; ; attempt++ {
-		cn, err := c.pick(notBefore)
-		if err != nil {
-			return nil, err
-		}
-		cl := newCall()
-		if pre != nil {
-			*pre = call{wake: pre.wake}
-		}
-		if err = cn.send(pre, cl, prefix, cmd, head, key, timeout, c.now); err == nil || cl.done {
-			cn.mu.Lock()
-			cn.await(cl)
-			cn.mu.Unlock()
-			err = cl.err
-		}
-		if err == nil {
-			return cl, nil
-		}
-		if attempt == 1 || !connLost(err) {
-			if dead := cn.deadErr(); dead != nil {
-				c.drop(cn, dead == errStale)
-			}
-			return cl, err
-		}
-		// The connections dialled before this one failed are suspect
-		// (a restarted Redis closed them all): the retry takes one dialled
-		// from now on.
-		notBefore = c.mono()
+	cn, cl, err := c.attempt(pre, prefix, cmd, head, key, timeout, notBefore)
+	if err == nil || cn == nil {
+		return cl, err
+	}
+	return c.retry(cn, cl, err, pre, prefix, cmd, head, key, timeout)
+}
+
+// attempt is one try of roundTrip on a connection dialled at notBefore or
+// later; cn is nil when there is none (the error says why).
+func (c *redisClient) attempt(pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration, notBefore int64) (*rconn, *call, error) {
+	cn, err := c.pick(notBefore)
+	if err != nil {
+		return nil, nil, err
+	}
+	cl := newCall()
+	if pre != nil {
+		*pre = call{wake: pre.wake}
+	}
+	if err = cn.send(pre, cl, prefix, cmd, head, key, timeout, c.now); err == nil || cl.done {
+		cn.mu.Lock()
+		cn.await(cl)
+		cn.mu.Unlock()
+		err = cl.err
+	}
+	return cn, cl, err
+}
+
+// retry goes on after a call cl on cn failed with err: a dead connection
+// is dropped; when the connection was lost, the connections dialled
+// before it are suspect too (a restarted Redis closed them all): the idle
+// ones are closed and the call is tried once more, on one dialled from
+// now on.
+func (c *redisClient) retry(cn *rconn, cl *call, err error, pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration) (*call, error) {
+	if connLost(err) {
+		notBefore := c.mono()
 		c.drop(cn, false)
 		c.closeIdle()
+		if cn, cl, err = c.attempt(pre, prefix, cmd, head, key, timeout, notBefore); err == nil || cn == nil {
+			return cl, err
+		}
 	}
+	if dead := cn.deadErr(); dead != nil {
+		c.drop(cn, dead == errStale)
+	}
+	return cl, err
 }
 
 // connLost reports an error of a connection that failed as a whole (the
@@ -338,19 +349,28 @@ func (c *redisClient) check(cmd *command, key string, d []int64, timeout time.Du
 // least busy connection (shared), and the pool may grow (pick).
 func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time.Duration, ns int64) error {
 	var cn *rconn
+	load := deadLoad
 	c.mu.Lock()
-	for _, x := range c.conns {
-		if atomic.LoadInt64(&x.inflight) == 0 {
+	for _, x := range c.conns { // pick, inlined: the least busy, the first idle
+		if n := atomic.LoadInt64(&x.inflight); n < load {
 			cn = x
-			cn.used = ns
-			break
+			load = n
+			if n == 0 {
+				break
+			}
 		}
 	}
-	if ns-c.lastPrune >= pruneEvery {
-		c.tend(ns)
+	if cn == nil || load >= growAt*int64(len(c.conns)) || ns-c.lastPrune >= pruneEvery {
+		c.tend(cn == nil || load >= growAt*int64(len(c.conns)), ns)
+	}
+	if cn != nil {
+		cn.used = ns
 	}
 	c.mu.Unlock()
-	if cn != nil {
+	if cn == nil {
+		return c.shared(cmd, key, d, timeout, cmd.shaHead, 0) // no connection: pick waits for the dial
+	}
+	if load == 0 {
 		if ok, err := solo(cn, cmd, key, d, timeout, c.now); ok {
 			if err != nil {
 				return c.soloFailed(cn, cmd, key, d, timeout, err)
@@ -358,12 +378,41 @@ func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time
 			return nil
 		}
 	}
-	return c.shared(cmd, key, d, timeout, cmd.shaHead, 0)
+	return pipelined(c, cn, cmd, key, d, timeout)
 }
 
-// tend prunes idle connections at most every pruneEvery. Requires c.mu
-// held.
-func (c *redisClient) tend(ns int64) {
+// pipelined runs a check on cn, busy, the shared way: its call queued
+// behind the others (send), its reply awaited (await); a failure goes on
+// as roundTrip's would (retry, then EVAL on NOSCRIPT).
+func pipelined(c *redisClient, cn *rconn, cmd *command, key string, d []int64, timeout time.Duration) error {
+	cl := newCall()
+	err := cn.send(nil, cl, nil, cmd, cmd.shaHead, key, timeout, c.now)
+	if err == nil || cl.done {
+		cn.mu.Lock()
+		cn.await(cl)
+		cn.mu.Unlock()
+		err = cl.err
+	}
+	if err != nil {
+		if cl, err = c.retry(cn, cl, err, nil, nil, cmd, cmd.shaHead, key, timeout); err == errNoScript {
+			cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout, 0)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	err = decode(cl.line, d)
+	releaseCall(cl)
+	return err
+}
+
+// tend grows the pool when it should (grow: its least busy connection
+// carries growAt calls per open connection, or there is none) and prunes
+// idle connections at most every pruneEvery. Requires c.mu held.
+func (c *redisClient) tend(grow bool, ns int64) {
+	if grow && c.dialing == 0 && len(c.conns) < c.poolSize {
+		c.startDial()
+	}
 	if ns-c.lastPrune >= pruneEvery {
 		c.lastPrune = ns
 		if len(c.conns) > 1 {

@@ -377,8 +377,12 @@ func (cn *rconn) serve(me *call) {
 	for len(cn.queue) > 0 && (!me.done || cn.br.Buffered() > 0) {
 		// The deadline is set under the lock: a call written meanwhile with
 		// an earlier one lowers it (send).
-		cn.readUntil = cn.oldestDeadline()
-		err := cn.nc.SetReadDeadline(wallTime(cn.readUntil))
+		until := cn.queue[0].deadline // oldestDeadline, its common case inlined
+		if cn.mixed || cn.queue[0].done || until == 0 {
+			until = cn.oldestDeadline()
+		}
+		cn.readUntil = until
+		err := cn.nc.SetReadDeadline(processStart.Add(time.Duration(until - monoOrigin))) // wallTime, inlined
 		cn.mu.Unlock()
 		var line []byte
 		if err == nil {
