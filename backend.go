@@ -65,31 +65,36 @@ func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings, h
 func redisCheck(b *backend, cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
 	ns := int64(time.Since(processStart)) + monoOrigin // monotonic(), inlined
 	atomic.StoreInt64(&b.lastUsed, ns)
-	if next := atomic.LoadInt64(&b.breaker.nextProbe); next != 0 || b.client == nil {
-		if next > ns && b.client != nil && atomic.LoadInt32(&b.probing) == 1 {
-			atomic.AddInt64(&b.skipped, 1) // skip, its common case: the prober runs
-			return errBreakerOpen
-		}
+	if b.client == nil || atomic.LoadInt64(&b.breaker.nextProbe) != 0 {
 		return b.checkOther(cmd, key, d, o, hb, ns)
 	}
 	if err := poolCheck(b.client, cmd, key, d, o.timeout, ns); err != nil {
 		b.failed(b.now(), err, o)
 		return err
 	}
-	br := b.breaker
-	if ns-atomic.LoadInt64(&br.window) >= breakerWindow {
-		br.roll(ns)
+	if ns-atomic.LoadInt64(&b.breaker.window) >= breakerWindow || hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
+		b.tick(hb, ns, o)
 	}
-	atomic.AddInt64(&br.checks, 1)
+	atomic.AddInt64(&b.breaker.checks, 1)
+	return nil
+}
+
+// tick is redisCheck's rare bookkeeping after a success: the breaker's
+// window rolled, a heartbeat due.
+func (b *backend) tick(hb *heartbeat, ns int64, o *redisSettings) {
+	b.breaker.roll(ns)
 	if hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
 		b.beat(hb, ns, o)
 	}
-	return nil
 }
 
 // checkOther is redisCheck for a topology (sentinel, cluster) or while
 // the breaker is open.
 func (b *backend) checkOther(cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat, ns int64) error {
+	if next := atomic.LoadInt64(&b.breaker.nextProbe); next > ns && b.client != nil && atomic.LoadInt32(&b.probing) == 1 {
+		atomic.AddInt64(&b.skipped, 1) // skip, its common case: the prober runs
+		return errBreakerOpen
+	}
 	if atomic.LoadInt64(&b.breaker.nextProbe) != 0 && !b.breaker.allow(ns, o.probeNS) {
 		b.skip()
 		return errBreakerOpen

@@ -155,8 +155,8 @@ type RedisConfig struct {
 	// checks (the heartbeat has one more of its own). A check takes an idle
 	// connection; when none is idle it is pipelined on the least busy one
 	// (each carries any number at once), and one more is dialled, off the
-	// request's clock, when that one carries 2 per connection open (about
-	// sqrt(concurrency/2) connections). 0 means 64.
+	// request's clock, when that one carries as many as there are
+	// connections open (about sqrt(concurrency) connections). 0 means 64.
 	PoolSize int64 `json:"poolSize,omitempty" yaml:"poolSize,omitempty" toml:"poolSize,omitempty"`
 	// Pipeline is accepted for compatibility and ignored: concurrent checks
 	// are always pipelined on a few shared connections per node (see
