@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -24,6 +25,21 @@ func TestEveryRuleMatchingIsDecidedByRedis(t *testing.T) {
 				t.Fatalf("request %d: %d, decided %q, %d RateLimit items; want 200 decided by Redis over 33 policies",
 					i, rec.Code, rec.Header().Get("X-Tollgate-Decision"), len(items))
 			}
+		}
+	})
+}
+
+func TestNineteenDigitNumbersAreDecidedByRedis(t *testing.T) {
+	// A burst of 2e18 (the config allows it): the script's reply carries
+	// 19-digit numbers, and Redis still decides.
+	forEachKind(t, func(t *testing.T, e *env) {
+		h := e.handler(e.pod(), "api@file", e.opts("average", 1, "period", "1s", "burst", int64(2000000000000000000),
+			"decisionHeader", "X-Tollgate-Decision", "failureMode", "closed"))
+		rec := do(h, "GET", "/", uniqueKey(t))
+		if rec.Code != 200 || rec.Header().Get("X-Tollgate-Decision") != "redis" ||
+			!regexp.MustCompile(`;r=\d{19};`).MatchString(rec.Header().Get("RateLimit")) {
+			t.Fatalf("%d, decided %q, RateLimit %q: want 200 decided by Redis with 19-digit numbers",
+				rec.Code, rec.Header().Get("X-Tollgate-Decision"), rec.Header().Get("RateLimit"))
 		}
 	})
 }
