@@ -73,6 +73,17 @@ func RepoRoot() string {
 	return filepath.Dir(filepath.Dir(file))
 }
 
+// PluginRoot is the plugin source the commands install (bench, costprobe,
+// demo): TOLLGATE_PLUGIN_SRC when set (another checkout, for a before and
+// after), else RepoRoot. The Yaegi loader of the scenario suite always
+// loads RepoRoot.
+func PluginRoot() string {
+	if dir := os.Getenv("TOLLGATE_PLUGIN_SRC"); dir != "" {
+		return dir
+	}
+	return RepoRoot()
+}
+
 // GoPath lays out dir/src/<module> as a link to the plugin's source, like
 // Traefik's plugins-local/src/<module>, and returns dir.
 func GoPath(dir string) (string, error) {

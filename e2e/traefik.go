@@ -45,7 +45,7 @@ func NeedTraefik(err error) (skip bool) {
 // Traefik loads is exactly what a user would install.
 func InstallLocalPlugin(dir string) error {
 	dst := filepath.Join(dir, "plugins-local", "src", filepath.FromSlash(ModuleName))
-	root := RepoRoot()
+	root := PluginRoot()
 	return filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
 		if err != nil {
 			return err

@@ -7,9 +7,11 @@
 //
 //	go run ./cmd/costprobe [-n 20000]
 //
-// It copies the plugin's source into a temporary GOPATH with one more file
-// (probeSource) that calls the unexported stages; the plugin itself has no
-// such hooks.
+// It copies the plugin's source (e2e.PluginRoot: this checkout, or
+// TOLLGATE_PLUGIN_SRC) into a temporary GOPATH with the probes added as
+// files of its package (coreSource, stagesSource); the plugin itself has no
+// such hooks. -core runs the first-class figures only, which an older
+// checkout also has.
 package main
 
 import (
@@ -32,60 +34,51 @@ import (
 	"github.com/tollgate-dev/tollgate/e2e"
 )
 
-// probeSource is added to the plugin's package in the copy. Each Probe
-// function runs one stage n times.
-const probeSource = `package tollgate
+// coreSource is added to the plugin's package in the copy: the probes of
+// the first-class figures, written against what every version since issue 9
+// has (New, ServeHTTP, the breaker's fields, the prepared command), so that
+// -core runs them on an older checkout too (TOLLGATE_PLUGIN_SRC). Each
+// Probe function runs one stage n times.
+const coreSource = `package tollgate
 
 import (
+	"bufio"
 	"context"
 	"net"
-	"bufio"
 	"net/http"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 )
 
 var (
 	probeT    *Tollgate
-	probeP    *Tollgate // poolSize 2, db 1: a backend of its own, whose checks mostly share connections
 	probeReq  *http.Request
 	probeRW   http.ResponseWriter
 	probeD    []int64
 	probeKey  string
-	probeLine = []byte("+1 19 0 1000\r\n")
 	probeConn net.Conn
 	probeBR   *bufio.Reader
 	probeCall []byte
+	probeNext http.Handler
+	probeAddr string
 )
 
 // ProbeSetup builds the middleware in front of next; rw is the response
 // writer of every run. Both are compiled (the host's), as in Traefik.
 func ProbeSetup(addr string, rw http.ResponseWriter, next http.Handler) error {
-	cfg := CreateConfig()
-	cfg.Average = 100000000
-	cfg.Period = "1s"
-	cfg.Burst = 100000000
-	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
-	cfg.Redis.Endpoints = []string{addr}
-	h, err := New(context.Background(), next, cfg, "probe")
+	h, err := New(context.Background(), next, probeConfig(addr), "probe")
 	if err != nil {
 		return err
 	}
 	probeT = h.(*Tollgate)
-	cfg.Redis.PoolSize = 2
-	cfg.Redis.DB = 1
-	if h, err = New(context.Background(), next, cfg, "probe-pipelined"); err != nil {
-		return err
-	}
-	probeP = h.(*Tollgate)
+	probeNext = next
+	probeAddr = addr
 	probeReq, _ = http.NewRequest("GET", "http://probe/", nil)
 	probeReq.Header.Set("X-API-Key", "probe-key")
 	probeReq.RemoteAddr = "127.0.0.1:1"
 	probeRW = rw
 	probeD = make([]int64, probeT.top.decisionLen)
-	probeKey = hashKey(probeT.set.headerTag + "probe-key")
+	probeKey = clientKey(probeT.set.class, "h:probe-key")
 	for i := 0; i < 2000; i++ {
 		probeT.ServeHTTP(probeRW, probeReq)
 	}
@@ -93,14 +86,77 @@ func ProbeSetup(addr string, rw http.ResponseWriter, next http.Handler) error {
 		return err
 	}
 	probeBR = bufio.NewReader(probeConn)
-	probeCall = appendCall(nil, probeT.top.cmd, probeT.top.cmd.shaHead, probeKey)
+	cmd := probeT.top.cmd
+	probeCall = append(append(append([]byte{}, cmd.shaHead...), probeKey...), cmd.tail...)
 	return nil
+}
+
+func probeConfig(addr string) *Config {
+	cfg := CreateConfig()
+	cfg.Average = 100000000
+	cfg.Period = "1s"
+	cfg.Burst = 100000000
+	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
+	cfg.Redis.Endpoints = []string{addr}
+	return cfg
 }
 
 func ProbeServeHTTP(n int) {
 	for i := 0; i < n; i++ {
 		probeT.ServeHTTP(probeRW, probeReq)
 	}
+}
+
+// ProbeServeOpen is ServeHTTP while the breaker is open (the prober marked
+// as running, so none starts): the local fallback's whole path.
+func ProbeServeOpen(n int) {
+	b := probeT.be
+	atomic.StoreInt32(&b.probing, 1)
+	atomic.StoreInt64(&b.breaker.nextProbe, monotonic()+int64(time.Hour))
+	for i := 0; i < n; i++ {
+		probeT.ServeHTTP(probeRW, probeReq)
+	}
+	atomic.StoreInt64(&b.breaker.nextProbe, 0)
+	atomic.StoreInt32(&b.probing, 0)
+}
+
+// ProbeBare is the floor: the same prepared EVALSHA, written on a raw
+// socket and its reply read, nothing else.
+func ProbeBare(n int) {
+	for i := 0; i < n; i++ {
+		probeConn.SetDeadline(time.Now().Add(time.Second))
+		probeConn.Write(probeCall)
+		probeBR.ReadSlice('\n')
+	}
+}
+`
+
+// stagesSource adds the probes of each stage of the current hot path.
+const stagesSource = `package tollgate
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+var (
+	probeP    *Tollgate // poolSize 2, db 1: a backend of its own, whose checks mostly share connections
+	probeLine = []byte("+1 19 0 1000\r\n")
+)
+
+func ProbeStagesSetup() error {
+	cfg := probeConfig(probeAddr)
+	cfg.Redis.PoolSize = 2
+	cfg.Redis.DB = 1
+	h, err := New(context.Background(), probeNext, cfg, "probe-pipelined")
+	if err != nil {
+		return err
+	}
+	probeP = h.(*Tollgate)
+	return nil
 }
 
 func ProbeDecide(n int) {
@@ -172,8 +228,6 @@ func ProbeFallback(n int) {
 	}
 }
 
-// ProbeDecideOpen is decide while the breaker is open (the prober marked
-// as running, so none starts): the local fallback's whole path.
 func ProbeDecideOpen(n int) {
 	b := probeT.be
 	atomic.StoreInt32(&b.probing, 1)
@@ -203,18 +257,10 @@ func ProbeTakeAll(n int) {
 		takeAll(lims, tats, 1e9, probeD)
 	}
 }
-
-func ProbeBare(n int) {
-	for i := 0; i < n; i++ {
-		probeConn.SetDeadline(time.Now().Add(time.Second))
-		probeConn.Write(probeCall)
-		probeBR.ReadSlice('\n')
-	}
-}
 `
 
 var stages = []stage{
-	{name: "ProbeServeHTTP", what: "ServeHTTP, admitted by Redis (everything)"},
+	{name: "ProbeServeHTTP", what: "ServeHTTP, admitted by Redis (everything)", core: true},
 	{name: "ProbeDecide", what: "decide: key, deny cache, Redis check"},
 	{name: "ProbeShared", what: "redisCheck, 32 at once on 2 connections (mostly pipelined)"},
 	{name: "ProbeKey", what: "hashKey: the client key of a header identity"},
@@ -223,11 +269,12 @@ var stages = []stage{
 	{name: "ProbeSolo", what: "solo: write, read, decode on one connection"},
 	{name: "ProbeAppendCall", what: "appendCall: the prepared EVALSHA"},
 	{name: "ProbeDecode", what: "decode: the reply line"},
+	{name: "ProbeServeOpen", what: "ServeHTTP, breaker open: the local fallback (everything)", core: true},
 	{name: "ProbeDecideOpen", what: "decide, breaker open: key, breaker, fallback"},
 	{name: "ProbeFallback", what: "fallback: the local bucket (no Redis)"},
 	{name: "ProbeLocalTake", what: "localBuckets.take: one bucket"},
 	{name: "ProbeTakeAll", what: "takeAll: the bucket math"},
-	{name: "ProbeBare", what: "reference: the bare prepared EVALSHA, written and its reply read"},
+	{name: "ProbeBare", what: "reference: the bare prepared EVALSHA, written and its reply read", core: true},
 }
 
 func main() {
@@ -236,6 +283,7 @@ func main() {
 	memOut := flag.String("memprofile", "", "where -memprofile-stage's profile goes")
 	only := flag.String("only", "", "run only the stages whose names contain this")
 	rounds := flag.Int("rounds", 3, "rounds over the stages (figures: median of the rounds)")
+	core := flag.Bool("core", false, "only the first-class figures' probes (ServeHTTP on both paths, the bare exchange): for an older checkout")
 	flag.Parse()
 	lab, err := e2e.NewLab("costprobe")
 	if err != nil {
@@ -244,11 +292,16 @@ func main() {
 	defer lab.Close()
 	gp := filepath.Join(lab.Dir, "probe-gopath")
 	dst := filepath.Join(gp, "src", filepath.FromSlash(e2e.ModuleName))
-	if err := copyPlugin(e2e.RepoRoot(), dst); err != nil {
+	if err := copyPlugin(e2e.PluginRoot(), dst); err != nil {
 		log.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dst, "probe_export.go"), []byte(probeSource), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dst, "probe_core.go"), []byte(coreSource), 0o644); err != nil {
 		log.Fatal(err)
+	}
+	if !*core {
+		if err := os.WriteFile(filepath.Join(dst, "probe_stages.go"), []byte(stagesSource), 0o644); err != nil {
+			log.Fatal(err)
+		}
 	}
 	i := interp.New(interp.Options{GoPath: gp})
 	if err := i.Use(stdlib.Symbols); err != nil {
@@ -266,11 +319,20 @@ func main() {
 	if err := setup.Interface().(func(string, http.ResponseWriter, http.Handler) error)(lab.Redis.Addr, rw, nop); err != nil {
 		log.Fatal(err)
 	}
+	if !*core {
+		v, err := i.Eval("tollgate.ProbeStagesSetup")
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := v.Interface().(func() error)(); err != nil {
+			log.Fatal(err)
+		}
+	}
 	fmt.Printf("# Where an interpreted check goes (Yaegi, %s, %d CPUs; each stage %d runs, %d rounds interleaved, median [min–max])\n\n",
 		runtime.Version(), runtime.NumCPU(), *n, *rounds)
 	var run []stage
 	for _, s := range stages {
-		if strings.Contains(s.name, *only) {
+		if strings.Contains(s.name, *only) && (s.core || !*core) {
 			v, err := i.Eval("tollgate." + s.name)
 			if err != nil {
 				log.Fatal(err)
@@ -313,7 +375,7 @@ func main() {
 		byName[s.name] = s
 		fmt.Printf("| %s | %s | %s | %s |\n", s.what, spread(s.wall), spread(s.cpu), spread(s.kb))
 	}
-	serve, bare, open := byName["ProbeServeHTTP"], byName["ProbeBare"], byName["ProbeDecideOpen"]
+	serve, bare, open := byName["ProbeServeHTTP"], byName["ProbeBare"], byName["ProbeServeOpen"]
 	if serve != nil && bare != nil {
 		var cpu, kb []float64
 		for r := range serve.cpu {
@@ -332,6 +394,7 @@ func main() {
 // stage is one Probe function and its figures, one per round.
 type stage struct {
 	name, what    string
+	core          bool // in coreSource
 	f             func(int)
 	wall, cpu, kb []float64
 }
