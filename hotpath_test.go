@@ -6,7 +6,6 @@ package tollgate
 
 import (
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -63,29 +62,7 @@ func TestNineteenDigitNumbersAreDecoded(t *testing.T) {
 // it times out at about 5 ms, not at the solo call's deadline.
 // (TestShortTimeoutIsNotHeldByALongerOne covers send behind send.)
 func TestShortTimeoutBehindSolo(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() { // reads, never answers
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, 4096)
-		for {
-			if _, err := c.Read(buf); err != nil {
-				return
-			}
-		}
-	}()
-	nc, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cn := newConn(nc)
+	cn := silentConn(t)
 	cmd := newCommand([]*policy{mustPolicy(t)}, 4)
 	soloDone := make(chan struct{})
 	go func() {
@@ -101,18 +78,10 @@ func TestShortTimeoutBehindSolo(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	short := newCall()
-	start := time.Now()
-	if err := cn.send(nil, short, pingCmd, nil, nil, "", 5*time.Millisecond, time.Now); err != nil {
-		t.Fatal(err)
-	}
-	cn.mu.Lock()
-	cn.await(short)
-	cn.mu.Unlock()
-	el := time.Since(start)
+	el, err := awaitShort(t, cn)
 	<-soloDone
-	if short.err != errTimeout || el > 100*time.Millisecond {
-		t.Fatalf("a 5 ms check behind a 500 ms solo one: %v after %v; want errTimeout at about 5 ms", short.err, el)
+	if err != errTimeout || el > 100*time.Millisecond {
+		t.Fatalf("a 5 ms check behind a 500 ms solo one: %v after %v; want errTimeout at about 5 ms", err, el)
 	}
 }
 
@@ -122,12 +91,7 @@ func TestShortTimeoutBehindSolo(t *testing.T) {
 // send's Write (a socket is no synchronisation in the memory model).
 func TestSoloSharesNoBufferWithSend(t *testing.T) {
 	f := startFake(t, "+1 3 0 2000\r\n")
-	c, err := newRedisClient(redisSettings{addr: f.l.Addr().String(), timeout: 200 * time.Millisecond, poolSize: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.warm()
-	waitConns(t, c, 1)
+	c := clientOn(t, f, 200*time.Millisecond, 1)
 	cmd := newCommand([]*policy{mustPolicy(t)}, 4)
 	var wg sync.WaitGroup
 	for g := 0; g < 16; g++ {

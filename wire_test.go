@@ -109,15 +109,42 @@ func TestResetsMidBurstNeverHangACheck(t *testing.T) {
 	}
 }
 
-func TestShortTimeoutIsNotHeldByALongerOne(t *testing.T) {
-	// Two middlewares with other timeouts share a connection to a Redis
-	// that reads and never answers: the 5 ms check gives up at 5 ms, not at
-	// the 500 ms check's deadline written before it.
+// clientOn returns a pool of poolSize connections to f, with checks of
+// timeout, once its first connection is open.
+func clientOn(t *testing.T, f *fakeRedis, timeout time.Duration, poolSize int) *redisClient {
+	t.Helper()
+	c, err := newRedisClient(redisSettings{addr: f.l.Addr().String(), timeout: timeout, poolSize: poolSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.warm()
+	waitConns(t, c, 1)
+	return c
+}
+
+// awaitShort sends a call of 5 ms on cn and waits for it: how long it took,
+// and its error.
+func awaitShort(t *testing.T, cn *rconn) (time.Duration, error) {
+	t.Helper()
+	short := newCall()
+	start := time.Now()
+	if err := cn.send(nil, short, pingCmd, nil, nil, "", 5*time.Millisecond, time.Now); err != nil {
+		t.Fatal(err)
+	}
+	cn.mu.Lock()
+	cn.await(short)
+	cn.mu.Unlock()
+	return time.Since(start), short.err
+}
+
+// silentConn is a connection to a server that reads and never answers.
+func silentConn(t *testing.T) *rconn {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
 	go func() {
 		c, err := l.Accept()
 		if err != nil {
@@ -135,8 +162,16 @@ func TestShortTimeoutIsNotHeldByALongerOne(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cn := newConn(nc)
-	long, short := newCall(), newCall()
+	t.Cleanup(func() { nc.Close() })
+	return newConn(nc)
+}
+
+func TestShortTimeoutIsNotHeldByALongerOne(t *testing.T) {
+	// Two middlewares with other timeouts share a connection to a Redis
+	// that reads and never answers: the 5 ms check gives up at 5 ms, not at
+	// the 500 ms check's deadline written before it.
+	cn := silentConn(t)
+	long := newCall()
 	if err := cn.send(nil, long, pingCmd, nil, nil, "", 500*time.Millisecond, time.Now); err != nil {
 		t.Fatal(err)
 	}
@@ -146,15 +181,8 @@ func TestShortTimeoutIsNotHeldByALongerOne(t *testing.T) {
 		cn.mu.Unlock()
 	}()
 	time.Sleep(5 * time.Millisecond)
-	start := time.Now()
-	if err := cn.send(nil, short, pingCmd, nil, nil, "", 5*time.Millisecond, time.Now); err != nil {
-		t.Fatal(err)
-	}
-	cn.mu.Lock()
-	cn.await(short)
-	cn.mu.Unlock()
-	if el := time.Since(start); short.err != errTimeout || el > 100*time.Millisecond {
-		t.Fatalf("a 5 ms check behind a 500 ms one: %v after %v; want errTimeout at about 5 ms", short.err, el)
+	if el, err := awaitShort(t, cn); err != errTimeout || el > 100*time.Millisecond {
+		t.Fatalf("a 5 ms check behind a 500 ms one: %v after %v; want errTimeout at about 5 ms", err, el)
 	}
 }
 
@@ -163,12 +191,7 @@ func TestLostConnectionDoesNotWaitForTheHeartbeat(t *testing.T) {
 	// dial budget; a check that finds its connection lost must not wait
 	// for it.
 	f := startFake(t, "+1 3 0 2000\r\n")
-	c, err := newRedisClient(redisSettings{addr: f.l.Addr().String(), timeout: 5 * time.Millisecond, poolSize: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.warm()
-	waitConns(t, c, 1)
+	c := clientOn(t, f, 5*time.Millisecond, 4)
 	c.sideMu.Lock() // as c.heartbeat holds it
 	defer c.sideMu.Unlock()
 	f.down(true) // the server drops its connections
