@@ -107,14 +107,20 @@ func (lb *localBuckets) take(keys []string, lims []limit, d []int64) bool {
 			continue // refused and not clamped: unchanged
 		}
 		if len(s.tats) >= lb.perShard {
-			if _, present := s.tats[k]; !present {
-				s.makeRoom(now)
-			}
+			s.roomFor(k, now)
 		}
 		s.tats[k] = tats[i]
 	}
 	s.mu.Unlock()
 	return ok
+}
+
+// roomFor makes room for key in the full shard unless it is there.
+// Requires s.mu held.
+func (s *localShard) roomFor(key string, now float64) {
+	if _, present := s.tats[key]; !present {
+		s.makeRoom(now)
+	}
 }
 
 // sameTag reports whether every key starts with keys[0]'s tag of tag
@@ -162,9 +168,7 @@ func (lb *localBuckets) takeSpread(keys []string, lims []limit, d []int64) bool 
 // holds max. Requires s.mu held.
 func (s *localShard) put(key string, tat, now float64, max int) {
 	if len(s.tats) >= max {
-		if _, present := s.tats[key]; !present {
-			s.makeRoom(now)
-		}
+		s.roomFor(key, now)
 	}
 	s.tats[key] = tat
 }
