@@ -167,13 +167,7 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 	cn.wmu.Lock()
 	cn.mu.Lock()
 	if cn.dead != nil || len(cn.queue) >= maxQueue {
-		err := cn.dead
-		if err == nil {
-			err = errQueueFull
-		}
-		cn.mu.Unlock()
-		cn.wmu.Unlock()
-		return err
+		return cn.refuse()
 	}
 	if pre != nil {
 		cn.queue = append(cn.queue, pre)
@@ -185,44 +179,67 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 	}
 	atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
 	cn.mu.Unlock()
-	cn.wbuf = append(cn.wbuf[:0], prefix...)
-	if cmd != nil {
-		cn.wbuf = appendCall(cn.wbuf, cmd, head, key)
-	}
+	cn.wbuf = appendCall(append(cn.wbuf[:0], prefix...), cmd, head, key)
 	err := cn.nc.SetWriteDeadline(clock().Add(writeBudget(timeout)))
 	cn.writeUntil = 0 // solo's deadline is gone
 	if err == nil {
 		_, err = cn.nc.Write(cn.wbuf)
 	}
-	sent := monotonic()
+	sent := int64(time.Since(processStart)) + monoOrigin // monotonic(), inlined
 	cn.mu.Lock()
 	if err != nil {
-		// This call (and pre) may be tried again; those written before it
-		// may have reached Redis and must not be charged twice.
-		finish(cl, nil, errWrite)
-		if pre != nil {
-			finish(pre, nil, errWrite)
-		}
-		cn.kill(errOwed)
+		cn.sendFailed(pre, cl)
 	} else {
 		// One field a statement: Yaegi v0.16.1 drops the first values of a
 		// multiple assignment to fields whose last value is a call.
 		cl.sent = sent
 		cl.timeout = int64(timeout)
 		cl.deadline = sent + int64(timeout)
-		if pre != nil {
-			pre.sent = sent
-			pre.timeout = cl.timeout
-			pre.deadline = cl.deadline
-		}
-		if cn.mixed && cn.reading && cl.deadline < cn.readUntil {
-			cn.readUntil = cl.deadline
-			_ = cn.nc.SetReadDeadline(wallTime(cl.deadline))
+		if pre != nil || cn.mixed {
+			cn.sent(pre, cl)
 		}
 	}
 	cn.mu.Unlock()
 	cn.wmu.Unlock()
 	return err
+}
+
+// refuse is send's answer when the connection takes no more calls: dead,
+// or its queue full. Requires cn.wmu and cn.mu held; releases them.
+func (cn *rconn) refuse() error {
+	err := cn.dead
+	if err == nil {
+		err = errQueueFull
+	}
+	cn.mu.Unlock()
+	cn.wmu.Unlock()
+	return err
+}
+
+// sendFailed fails cl and pre, whose write failed: they may be tried
+// again; the calls written before them may have reached Redis and must not
+// be charged twice (errOwed). Requires cn.mu held.
+func (cn *rconn) sendFailed(pre, cl *call) {
+	finish(cl, nil, errWrite)
+	if pre != nil {
+		finish(pre, nil, errWrite)
+	}
+	cn.kill(errOwed)
+}
+
+// sent is send's rarer bookkeeping once cl is written: pre shares its
+// deadline, and with mixed timeouts on the connection a call with an
+// earlier deadline than the reader's lowers it. Requires cn.mu held.
+func (cn *rconn) sent(pre, cl *call) {
+	if pre != nil {
+		pre.sent = cl.sent
+		pre.timeout = cl.timeout
+		pre.deadline = cl.deadline
+	}
+	if cn.mixed && cn.reading && cl.deadline < cn.readUntil {
+		cn.readUntil = cl.deadline
+		_ = cn.nc.SetReadDeadline(wallTime(cl.deadline))
+	}
 }
 
 // solo is the common case, a check on an idle connection, written for the
@@ -395,10 +412,26 @@ func (cn *rconn) serve(me *call) {
 		if cn.dead != nil {
 			break // killed meanwhile (a failed write): every call failed
 		}
-		if err == nil && line[0] == '+' && len(line) >= 3 {
-			finish(cn.pop(), line, nil) // take, its common case inlined
-		} else {
+		if err != nil || line[0] != '+' || len(line) < 3 {
 			cn.take(line, err)
+			continue
+		}
+		// take, pop, finish and wake, their common case inlined: under
+		// Yaegi four calls a reply cost more than this frame's values.
+		cl := cn.queue[0]
+		cn.queue[0] = nil
+		cn.queue = cn.queue[1:]
+		atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
+		if next := cn.queue; len(next) > 0 && !next[0].done && next[0].deadline != 0 {
+			extendTo(next[0], int64(time.Since(processStart))+monoOrigin)
+		}
+		if !cl.done {
+			cl.line = append(cl.line[:0], line...)
+			cl.done = true
+			if cl.waiting {
+				cl.waiting = false
+				cl.wake <- struct{}{}
+			}
 		}
 	}
 	cn.release()
@@ -465,6 +498,11 @@ func (cl *call) extend(now int64) {
 	if cl.done || cl.deadline == 0 {
 		return
 	}
+	extendTo(cl, now)
+}
+
+// extendTo is extend for a call not done and written.
+func extendTo(cl *call, now int64) {
 	d := now + cl.timeout
 	if last := cl.sent + queueWait*cl.timeout; d > last {
 		d = last
@@ -700,6 +738,9 @@ func newCommand(ps []*policy, keyLen int) *command {
 // appendCall appends cmd's call that starts with head (shaHead or
 // evalHead) for the client key.
 func appendCall(b []byte, cmd *command, head []byte, key string) []byte {
+	if cmd == nil {
+		return b // a prefix alone (send)
+	}
 	b = append(b, head...)
 	b = append(b, key...)
 	for _, m := range cmd.mid {
