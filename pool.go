@@ -361,11 +361,11 @@ func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time
 			}
 		}
 	}
+	if cn != nil {
+		cn.used = ns // before tend: the pick is not pruned
+	}
 	if cn == nil || load >= growAt*int64(len(c.conns)) || ns-c.lastPrune >= pruneEvery {
 		c.tend(cn == nil || load >= growAt*int64(len(c.conns)), ns)
-	}
-	if cn != nil {
-		cn.used = ns
 	}
 	c.mu.Unlock()
 	if cn == nil {
