@@ -203,7 +203,7 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		t.answer(rw, req, t.top, d, how)
 		return
 	}
-	h := rw.Header()
+	h := rw.Header() // setHeaders' IETF case for one policy, by map assignment
 	if t.top.policyValue != nil {
 		h[hdrPolicy] = t.top.policyValue
 		h[hdrRateLimit] = []string{t.top.rPrefix + strconv.FormatInt(d[1], 10) + ";t=" + strconv.FormatInt((d[2]+999)/1000, 10)}

@@ -301,13 +301,7 @@ func (c *redisClient) attempt(pre *call, prefix []byte, cmd *command, head []byt
 	if pre != nil {
 		*pre = call{wake: pre.wake}
 	}
-	if err = cn.send(pre, cl, prefix, cmd, head, key, timeout, c.now); err == nil || cl.done {
-		cn.mu.Lock()
-		cn.await(cl)
-		cn.mu.Unlock()
-		err = cl.err
-	}
-	return cn, cl, err
+	return cn, cl, cn.exchange(pre, cl, prefix, cmd, head, key, timeout, c.now)
 }
 
 // retry goes on after a call cl on cn failed with err: a dead connection
@@ -364,17 +358,18 @@ func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time
 	if cn != nil {
 		cn.used = ns // before tend: the pick is not pruned
 	}
-	if cn == nil || load >= growAt*int64(len(c.conns)) || ns-c.lastPrune >= pruneEvery {
-		c.tend(cn == nil || load >= growAt*int64(len(c.conns)), ns)
+	grow := cn == nil || load >= growAt*int64(len(c.conns))
+	if grow || ns-c.lastPrune >= pruneEvery {
+		c.tend(grow, ns)
 	}
 	c.mu.Unlock()
 	if cn == nil {
-		return c.shared(cmd, key, d, timeout, cmd.shaHead, 0) // no connection: pick waits for the dial
+		return c.shared(cmd, key, d, timeout) // no connection: pick waits for the dial
 	}
 	if load == 0 {
 		if ok, err := solo(cn, cmd, key, d, timeout, c.now); ok {
 			if err != nil {
-				return c.soloFailed(cn, cmd, key, d, timeout, err)
+				return c.failedOn(cn, err, cmd, key, d, timeout)
 			}
 			return nil
 		}
@@ -383,8 +378,8 @@ func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time
 }
 
 // pipelined runs a check on cn, busy, the shared way: its call queued
-// behind the others (send), its reply awaited (await); a failure goes on
-// as roundTrip's would (retry, then EVAL on NOSCRIPT).
+// behind the others and its reply awaited (cn.exchange, inlined: this is
+// the hot path at saturation); a failure goes on in failedOn.
 func pipelined(c *redisClient, cn *rconn, cmd *command, key string, d []int64, timeout time.Duration) error {
 	cl := newCall()
 	err := cn.send(nil, cl, nil, cmd, cmd.shaHead, key, timeout, c.now)
@@ -395,16 +390,9 @@ func pipelined(c *redisClient, cn *rconn, cmd *command, key string, d []int64, t
 		err = cl.err
 	}
 	if err != nil {
-		if cl, err = c.retry(cn, cl, err, nil, nil, cmd, cmd.shaHead, key, timeout); err == errNoScript {
-			cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout, 0)
-		}
-		if err != nil {
-			return err
-		}
+		return c.failedOn(cn, err, cmd, key, d, timeout)
 	}
-	err = decode(cl.line, d)
-	releaseCall(cl)
-	return err
+	return answered(cl, nil, d)
 }
 
 // tend grows the pool when it should (grow: its least busy connection
@@ -422,35 +410,27 @@ func (c *redisClient) tend(grow bool, ns int64) {
 	}
 }
 
-// soloFailed goes on after a check that ran alone on cn failed with err:
-// NOSCRIPT is answered by EVAL; a connection lost (a Redis restart) closes
-// its idle siblings too and the check is tried again, on the shared way
-// (see roundTrip); any other error is the check's.
-func (c *redisClient) soloFailed(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration, err error) error {
-	if dead := cn.deadErr(); dead != nil {
-		c.drop(cn, dead == errStale)
+// failedOn goes on after a check on cn (solo or pipelined) failed with
+// err, as roundTrip does: a lost connection is tried once more (retry),
+// NOSCRIPT is answered by EVAL, any other error is the check's.
+func (c *redisClient) failedOn(cn *rconn, err error, cmd *command, key string, d []int64, timeout time.Duration) error {
+	cl, err := c.retry(cn, nil, err, nil, nil, cmd, cmd.shaHead, key, timeout)
+	if err == errNoScript {
+		cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout, 0)
 	}
-	var notBefore int64
-	head := cmd.shaHead
-	switch {
-	case err == errNoScript:
-		head = cmd.evalHead // Redis just said it: no second EVALSHA
-	case connLost(err):
-		notBefore = c.mono()
-		c.closeIdle()
-	default:
-		return err
-	}
-	return c.shared(cmd, key, d, timeout, head, notBefore)
+	return answered(cl, err, d)
 }
 
-// shared runs a check the shared way (roundTrip), starting with head
-// (EVALSHA or EVAL), on connections dialled at notBefore or later.
-func (c *redisClient) shared(cmd *command, key string, d []int64, timeout time.Duration, head []byte, notBefore int64) error {
-	cl, err := c.roundTrip(nil, nil, cmd, head, key, timeout, notBefore)
-	if err == errNoScript {
-		cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout, notBefore)
-	}
+// shared runs a check the shared way (call), when the pool had no
+// connection to pick.
+func (c *redisClient) shared(cmd *command, key string, d []int64, timeout time.Duration) error {
+	cl, err := c.call(cmd, key, timeout)
+	return answered(cl, err, d)
+}
+
+// answered decodes the reply of cl into d and gives cl back, or returns
+// err.
+func answered(cl *call, err error, d []int64) error {
 	if err != nil {
 		return err
 	}
@@ -484,13 +464,7 @@ func (c *redisClient) probe(timeout time.Duration) error {
 	}
 	c.closeIdle()
 	cl := newCall()
-	if err = cn.send(nil, cl, pingCmd, nil, nil, "", timeout, c.now); err == nil {
-		cn.mu.Lock()
-		cn.await(cl)
-		cn.mu.Unlock()
-		err = cl.err
-	}
-	if err == nil && string(cl.line) != pongReply {
+	if err = cn.exchange(nil, cl, pingCmd, nil, nil, "", timeout, c.now); err == nil && string(cl.line) != pongReply {
 		err = errBadReply
 	}
 	if err != nil {

@@ -271,7 +271,7 @@ func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration,
 		cn.mixed = cn.timeout != 0
 		cn.timeout = timeout
 	}
-	if len(cmd.mid) == 0 {
+	if len(cmd.mid) == 0 { // appendCall for one policy, inlined
 		cn.sbuf = append(append(append(cn.sbuf[:0], cmd.shaHead...), key...), cmd.tail...)
 	} else {
 		cn.sbuf = appendCall(cn.sbuf[:0], cmd, cmd.shaHead, key)
@@ -321,8 +321,7 @@ func (cn *rconn) renewWriteDeadline(ns int64, timeout time.Duration, clock func(
 // writeFailed ends cl, the only call on the connection, whose write
 // failed: the connection dies. Requires cn.mu held; releases it.
 func (cn *rconn) writeFailed(cl *call) error {
-	finish(cl, nil, errWrite)
-	cn.kill(errOwed)
+	cn.sendFailed(nil, cl)
 	cn.reading = false
 	cn.mu.Unlock()
 	return errWrite
@@ -369,6 +368,19 @@ func writeBudget(timeout time.Duration) time.Duration {
 		return b
 	}
 	return minWriteBudget
+}
+
+// exchange sends pre (when not nil) and cl (send) and returns once cl is
+// done (await): cl's error, or why it was not sent.
+func (cn *rconn) exchange(pre, cl *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration, clock func() time.Time) error {
+	err := cn.send(pre, cl, prefix, cmd, head, key, timeout, clock)
+	if err == nil || cl.done {
+		cn.mu.Lock()
+		cn.await(cl)
+		cn.mu.Unlock()
+		err = cl.err
+	}
+	return err
 }
 
 // await returns once cl is done, reading replies when no other check
