@@ -38,6 +38,8 @@ type backend struct {
 
 	probing int32 // 1 while probeLoop runs
 
+	metrics backendMetrics // served by a serveMetrics middleware (metrics.go)
+
 	lastUsed int64 // the last check
 	lastLog  int64 // the last failure logged
 
@@ -72,19 +74,23 @@ func redisCheck(b *backend, cmd *command, key string, d []int64, o *redisSetting
 		return b.checkOther(cmd, key, d, o, hb, ns)
 	}
 	if err := poolCheck(b.client, cmd, key, d, o.timeout, ns); err != nil {
-		b.failed(b.now(), err, o)
+		b.failedCheck(ns, err, o)
 		return err
 	}
-	if ns-atomic.LoadInt64(&b.breaker.window) >= breakerWindow || hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
+	if ns-atomic.LoadInt64(&b.breaker.window) >= breakerWindow || ns&(histSample-1) == 0 || hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
 		b.tick(hb, ns, o)
 	}
 	atomic.AddInt64(&b.breaker.checks, 1)
 	return nil
 }
 
-// tick is redisCheck's rare bookkeeping after a success: the breaker's
-// window rolled, a heartbeat due.
+// tick is redisCheck's rare bookkeeping after a success begun at ns: the
+// breaker's window rolled, the check timed (the clock's low bits pick one
+// in histSample), a heartbeat due.
 func (b *backend) tick(hb *heartbeat, ns int64, o *redisSettings) {
+	if ns&(histSample-1) == 0 {
+		b.metrics.observe(b.now() - ns)
+	}
 	b.breaker.roll(ns)
 	if hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
 		b.beat(hb, ns, o)
@@ -117,13 +123,11 @@ func (b *backend) checkOther(cmd *command, key string, d []int64, o *redisSettin
 		err = b.topologyCheck(cmd, key, d, o)
 	}
 	if err != nil {
-		b.failed(b.now(), err, o)
+		b.failedCheck(ns, err, o)
 		return err
 	}
 	b.breaker.success(ns)
-	if hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
-		b.beat(hb, ns, o)
-	}
+	b.tick(hb, ns, o)
 	return nil
 }
 
@@ -144,12 +148,25 @@ func podFault(err error) bool {
 	return err == errNoRoute || err == errQueueFull || err == errBreakerOpen
 }
 
-// failed records a failed check. A check without a connection because
+// failedCheck records a failed check begun at start (timed when the
+// clock's low bits pick it, as tick does).
+func (b *backend) failedCheck(start int64, err error, o *redisSettings) {
+	now := b.now()
+	if start&(histSample-1) == 0 {
+		b.metrics.observe(now - start)
+	}
+	b.failed(now, err, o)
+}
+
+// failed records a failed check at ns. A check without a connection because
 // dials fail (errDialFailed) counts like any other; the failed dial was
 // counted and logged, with its cause, by dialFailed.
 func (b *backend) failed(ns int64, err error, o *redisSettings) {
 	if b.base.mode != modeStandalone && err != errQueueFull {
 		b.refresh() // a node down, a failover, a slot moved
+	}
+	if err != errBreakerOpen {
+		atomic.AddInt64(&b.metrics.errors[reasonOf(err)], 1)
 	}
 	if !podFault(err) {
 		atomic.AddInt64(&b.failures, 1)
@@ -168,6 +185,7 @@ func (b *backend) dialFailed(err error) {
 	set := b.latest()
 	ns := b.now()
 	atomic.AddInt64(&b.failures, 1)
+	atomic.AddInt64(&b.metrics.errors[reasonDial], 1)
 	if b.breaker.failure(ns, set.breakerThreshold, set.probeNS) {
 		b.startProber()
 	}

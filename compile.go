@@ -32,6 +32,8 @@ type policy struct {
 	periodUS   float64 // the period, µs
 	periodSecs int64   // w in RateLimit-Policy
 	failClosed bool
+	shadow     bool           // never refuses (Config.Shadow)
+	m          *policyMetrics // its counters (metrics.go); set by New
 	// rule matching; the top-level policy matches everything
 	pathPrefix string
 	methods    []string
@@ -124,6 +126,33 @@ func failureMode(field, s string, def bool) (bool, error) {
 	return false, fmt.Errorf("%s: %q is not open or closed", field, s)
 }
 
+// shadowMode parses a rule's shadow ("true"/"false", as strconv reads
+// them); "" takes def.
+func shadowMode(field, s string, def bool) (bool, error) {
+	if s = strings.TrimSpace(s); s == "" {
+		return def, nil
+	}
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return false, fmt.Errorf("%s: %q is not true or false", field, s)
+	}
+	return v, nil
+}
+
+// checkMetricsOnly refuses a serveMetrics middleware that also configures
+// a limit: it would apply none.
+func checkMetricsOnly(cfg *Config) error {
+	switch {
+	case cfg.Average != 0:
+		return fmt.Errorf("serveMetrics: a metrics endpoint applies no limit, but average is %d (put the limit on a middleware of its own)", cfg.Average)
+	case len(cfg.Rules) > 0:
+		return fmt.Errorf("serveMetrics: a metrics endpoint applies no limit, but %d rules are set (put them on a middleware of its own)", len(cfg.Rules))
+	case cfg.Shadow:
+		return errors.New("serveMetrics: a metrics endpoint applies no limit, but shadow is set")
+	}
+	return nil
+}
+
 // checkName refuses characters that cannot appear in a header's quoted
 // string or that would make keys ambiguous.
 func checkName(field, s string) error {
@@ -186,6 +215,7 @@ func compileLimit(prefix string, average int64, period string, burst, cost int64
 		return nil, fmt.Errorf("%saverage: %d per %s is faster than one token per ns", prefix, average, per)
 	}
 	p := &policy{
+		m:          &policyMetrics{}, // New's are the registry's
 		lim:        limit{interval: interval, burst: float64(burst), cost: float64(cost)},
 		average:    average,
 		periodSecs: int64(per.Seconds()),
@@ -261,6 +291,7 @@ func compile(cfg *Config, name string) (*settings, error) {
 		}
 		p.name = s.class
 		p.failClosed = topClosed
+		p.shadow = cfg.Shadow
 		s.top = p
 	} else if _, err := positiveDuration("period", period); err != nil {
 		return nil, err
@@ -284,6 +315,9 @@ func compile(cfg *Config, name string) (*settings, error) {
 			return nil, err
 		}
 		if p.failClosed, err = failureMode(field+".failureMode", r.FailureMode, topClosed); err != nil {
+			return nil, err
+		}
+		if p.shadow, err = shadowMode(field+".shadow", r.Shadow, cfg.Shadow); err != nil {
 			return nil, err
 		}
 		p.name = r.Name
@@ -366,6 +400,7 @@ func (p *policy) split(n int64) error {
 
 // redisSettings is a validated RedisConfig.
 type redisSettings struct {
+	name             string   // the redis label of the metrics (RedisConfig.Name)
 	mode             int      // modeStandalone, modeSentinel, modeCluster
 	endpoints        []string // sentinels or seed nodes
 	masterName       string
@@ -472,6 +507,7 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 	}
 	r.addr = eps[0]
 	r.endpoints = eps
+	r.name = strings.Join(eps, ",")
 	switch strings.ToLower(strings.TrimSpace(c.Mode)) {
 	case "", "standalone":
 		r.mode = modeStandalone
@@ -480,6 +516,7 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 		if r.masterName = strings.TrimSpace(c.MasterName); r.masterName == "" {
 			return r, errors.New("redis.masterName: required in sentinel mode")
 		}
+		r.name = r.masterName
 		r.sentinelUser, r.sentinelPass = c.SentinelUsername, c.SentinelPassword
 	case "cluster":
 		r.mode = modeCluster
@@ -488,6 +525,12 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 		}
 	default:
 		return r, fmt.Errorf("redis.mode: %q is not standalone, sentinel or cluster", c.Mode)
+	}
+	if n := strings.TrimSpace(c.Name); n != "" {
+		if err := checkName("redis.name", n); err != nil {
+			return r, err
+		}
+		r.name = n
 	}
 	if c.Password != "" && c.PasswordFile != "" {
 		return r, errors.New("redis.password and redis.passwordFile are both set: use one")

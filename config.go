@@ -61,10 +61,25 @@ type Config struct {
 	// DecisionHeader names a response header telling how the request was
 	// decided: "redis", "local" (Redis unavailable, the local fallback
 	// decided), "cache" (a refusal from Redis still in force, repeated
-	// without a Redis call) or "unavailable" (503, a policy fails closed). For access
-	// logs and dashboards (Traefik's access log can keep response headers).
+	// without a Redis call) or "unavailable" (503, a policy fails closed),
+	// followed by ";shadow" when shadow policies alone would have refused
+	// the request (Shadow). For access logs and dashboards (Traefik's
+	// access log can keep response headers).
 	// Empty (default): not sent.
 	DecisionHeader string `json:"decisionHeader,omitempty" yaml:"decisionHeader,omitempty" toml:"decisionHeader,omitempty"`
+	// Shadow checks and charges requests as when enforcing but never
+	// refuses them (no 429, no 503): a request the top-level limit would
+	// refuse passes, is counted (tollgate_requests_total, result
+	// "shadow_limited"), marked in DecisionHeader ("redis;shadow") and
+	// logged at most once per redis.probeInterval. Rules default to it.
+	// Default false.
+	Shadow bool `json:"shadow,omitempty" yaml:"shadow,omitempty" toml:"shadow,omitempty"`
+	// ServeMetrics makes this middleware a metrics endpoint: it answers
+	// every request with the Prometheus text exposition of every Tollgate
+	// middleware's counters in the process, and applies no limit (so it
+	// takes no average, rules or shadow). Put it on a router of an internal
+	// entry point. Default false.
+	ServeMetrics bool `json:"serveMetrics,omitempty" yaml:"serveMetrics,omitempty" toml:"serveMetrics,omitempty"`
 	// Redis is the shared store.
 	Redis RedisConfig `json:"redis,omitempty" yaml:"redis,omitempty" toml:"redis,omitempty"`
 }
@@ -111,6 +126,9 @@ type Rule struct {
 	Cost int64 `json:"cost,omitempty" yaml:"cost,omitempty" toml:"cost,omitempty"`
 	// FailureMode "open" or "closed"; "" means the top-level FailureMode.
 	FailureMode string `json:"failureMode,omitempty" yaml:"failureMode,omitempty" toml:"failureMode,omitempty"`
+	// Shadow: see Config.Shadow; "" means the top level's. A string so
+	// that a rule can turn off the top level's shadow ("false").
+	Shadow string `json:"shadow,omitempty" yaml:"shadow,omitempty" toml:"shadow,omitempty"`
 }
 
 // RedisConfig says where the shared buckets live.
@@ -124,6 +142,10 @@ type RedisConfig struct {
 	// used), the sentinels, or the cluster's seed nodes. Default
 	// ["127.0.0.1:6379"].
 	Endpoints []string `json:"endpoints,omitempty" yaml:"endpoints,omitempty" toml:"endpoints,omitempty"`
+	// Name names the deployment in the metrics (the redis label).
+	// Default: the endpoints as written, comma-separated (sentinel: the
+	// masterName). Never holds a password.
+	Name string `json:"name,omitempty" yaml:"name,omitempty" toml:"name,omitempty"`
 	// MasterName is the primary's name in Sentinel; required in sentinel
 	// mode.
 	MasterName string `json:"masterName,omitempty" yaml:"masterName,omitempty" toml:"masterName,omitempty"`

@@ -113,7 +113,27 @@ func (c *denyCache) remember(key string, d []int64) {
 	if len(c.entries) >= c.max {
 		c.evict(now)
 	}
+	first := len(c.entries) == 0
 	c.entries[key] = e
+	atomic.StoreInt64(&c.n, int64(len(c.entries)))
+	c.mu.Unlock()
+	if first {
+		shared.metrics.watchDeny(c) // after the lock: the registry's comes first (denyEntries)
+	}
+}
+
+// prune drops the refusals no longer in force.
+func (c *denyCache) prune() {
+	now := c.now()
+	c.mu.Lock()
+	if now < c.last {
+		now = c.last
+	}
+	for k, e := range c.entries {
+		if now >= e.until {
+			delete(c.entries, k)
+		}
+	}
 	atomic.StoreInt64(&c.n, int64(len(c.entries)))
 	c.mu.Unlock()
 }

@@ -52,6 +52,8 @@ type breaker struct {
 	window    int64 // start of the current window
 	checks    int64 // checks that went to Redis in the window
 	failures  int64 // of which failed
+
+	opened, closed int64 // transitions, for the metrics
 }
 
 // allow reports whether a check may call Redis at now while the breaker is
@@ -76,8 +78,11 @@ func (b *breaker) roll(now int64) {
 func (b *breaker) success(now int64) {
 	b.roll(now)
 	atomic.AddInt64(&b.checks, 1)
-	if atomic.LoadInt64(&b.nextProbe) != 0 {
-		atomic.StoreInt64(&b.nextProbe, 0)
+	for next := atomic.LoadInt64(&b.nextProbe); next != 0; next = atomic.LoadInt64(&b.nextProbe) {
+		if atomic.CompareAndSwapInt64(&b.nextProbe, next, 0) {
+			atomic.AddInt64(&b.closed, 1)
+			return
+		}
 	}
 }
 
@@ -88,7 +93,11 @@ func (b *breaker) failure(now, threshold, interval int64) bool {
 	b.roll(now)
 	c := atomic.AddInt64(&b.checks, 1)
 	f := atomic.AddInt64(&b.failures, 1)
-	return f >= threshold && 2*f >= c && atomic.CompareAndSwapInt64(&b.nextProbe, 0, now+interval)
+	if f >= threshold && 2*f >= c && atomic.CompareAndSwapInt64(&b.nextProbe, 0, now+interval) {
+		atomic.AddInt64(&b.opened, 1)
+		return true
+	}
+	return false
 }
 
 // probeSoon lets the next check through as a probe, when open: the

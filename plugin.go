@@ -65,6 +65,19 @@ type policySet struct {
 	failClosed   bool       // some policy fails closed
 	denied       *denyCache // Redis's refusals still in force, by client key
 
+	// Shadow policies (Config.Shadow): shadow when some policy is one;
+	// enforce is the set of the others (nil when none), charged on their
+	// own when a request is refused by shadow policies alone.
+	shadow  bool
+	enforce *policySet
+
+	// The hot path's counting (ServeHTTP, one policy): admitted[how] is
+	// its count of requests admitted, decided how (redis or local); fewer
+	// than nearBelow tokens left is near the limit (a fifth of the burst:
+	// 5 x remaining < burst), counted by answer.
+	admitted  [2]*int64
+	nearBelow int64
+
 	// The hot path's headers (ServeHTTP): plain when an admitted request
 	// takes them (IETF headers of one policy, or no headers); then
 	// policyValue is the RateLimit-Policy value (nil: no headers) and
@@ -76,6 +89,12 @@ type policySet struct {
 
 // New builds the middleware. It validates and compiles cfg; it dials nothing.
 func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.Handler, error) {
+	if cfg != nil && cfg.ServeMetrics {
+		if err := checkMetricsOnly(cfg); err != nil {
+			return nil, fmt.Errorf("tollgate %s: %w", name, err)
+		}
+		return metricsHandler{}, nil
+	}
 	set, err := compile(cfg, name)
 	if err != nil {
 		return nil, fmt.Errorf("tollgate %s: %w", name, err)
@@ -90,6 +109,13 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	if set.redis.heartbeatNS > 0 {
 		t.hb = t.be.heartbeatFor(set.class, t.be.now())
 	}
+	now := shared.now()
+	for _, p := range append(set.rules, set.top) {
+		if p != nil {
+			p.m = shared.metrics.policy(set.class, p.name, now)
+		}
+	}
+	shared.metrics.class(set.class, t.hb, set.replicas, now)
 	if set.top != nil {
 		t.top = withHeaders(newPolicySet([]*policy{set.top}, set.keyLen), set.headers)
 		t.plain = len(set.rules) == 0 && t.top.plain
@@ -101,17 +127,32 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 // withHeaders).
 func newPolicySet(ps []*policy, keyLen int) *policySet {
 	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps)), denied: newDenyCache(maxDenials)}
+	var enforce []*policy
 	for _, p := range ps {
 		s.quoted = append(s.quoted, `"`+p.name+`"`)
 		s.failClosed = s.failClosed || p.failClosed
+		if p.shadow {
+			s.shadow = true
+		} else {
+			enforce = append(enforce, p)
+		}
 	}
 	s.cmd = newCommand(ps, keyLen)
+	m := ps[0].m
+	s.admitted = [2]*int64{&m.n[decidedRedis*nResults+resultAllowed], &m.n[decidedLocal*nResults+resultAllowed]}
+	s.nearBelow = (int64(ps[0].lim.burst) + 4) / 5
+	if s.shadow && len(enforce) > 0 {
+		s.enforce = newPolicySet(enforce, keyLen)
+	}
 	return s
 }
 
 // withHeaders prepares s's hot-path headers for the headers mode (see
 // settings.headers) and returns s.
 func withHeaders(s *policySet, headers int) *policySet {
+	if s.enforce != nil {
+		withHeaders(s.enforce, headers)
+	}
 	s.plain = headers == 0 || headers == headersIETF && len(s.ps) == 1
 	if headers == headersIETF && len(s.ps) == 1 {
 		s.policyValue = []string{s.policyHeader}
@@ -199,11 +240,13 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	}
 	d := make([]int64, 4) // decisionLen(1)
 	how := decide(t, t.top, req, d)
-	if how > decidedLocal || d[0] != 1 {
+	if how > decidedLocal || d[0] != 1 || d[1] < t.top.nearBelow { // near the limit: counted by answer
 		t.answer(rw, req, t.top, d, how)
 		return
 	}
-	h := rw.Header() // setHeaders' IETF case for one policy, by map assignment
+	atomic.AddInt64(t.top.admitted[how], 1) // count(t.top, d, how), inlined: admitted, not near the limit
+	// setHeaders' IETF case for one policy, by map assignment.
+	h := rw.Header()
 	if t.top.policyValue != nil {
 		h[hdrPolicy] = t.top.policyValue
 		h[hdrRateLimit] = []string{t.top.rPrefix + strconv.FormatInt(d[1], 10) + ";t=" + strconv.FormatInt((d[2]+999)/1000, 10)}
@@ -240,6 +283,11 @@ const (
 // case (ServeHTTP does the common one itself): a refusal (from Redis, the
 // deny cache or the fallback), a 503, any headers.
 func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policySet, d []int64, how int) {
+	if set.shadow && (how == decidedUnavailable || d[0] != 1) && shadowOnly(set, d, how) {
+		t.passShadow(rw, req, set, d, how)
+		return
+	}
+	count(set, d, how)
 	if t.set.decision != "" {
 		rw.Header()[t.set.decision] = decisionValues[how]
 	}
@@ -260,6 +308,12 @@ func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policy
 // refuseUnavailable answers 503 when Redis is unavailable and a policy fails
 // closed.
 func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
+	writeUnavailable(rw, set, t.unavailableHeaders(rw, set))
+}
+
+// unavailableHeaders sets the headers of a request decided unavailable
+// and returns the retry time, in seconds.
+func (t *Tollgate) unavailableHeaders(rw http.ResponseWriter, set *policySet) int64 {
 	retry := ceilSecs(t.set.redis.probeNS / 1e6)
 	if t.set.headers&headersIETF != 0 {
 		// No budget is known; r=0 with the retry time keeps "every
@@ -271,7 +325,7 @@ func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
 		}
 		rw.Header().Set("RateLimit", strings.Join(items, ", "))
 	}
-	writeUnavailable(rw, set, retry)
+	return retry
 }
 
 // How a request was decided (DecisionHeader).
@@ -285,6 +339,10 @@ const (
 // decisionValues are the DecisionHeader values by decision, assigned to the
 // header map as they are (each has no spare capacity: an append copies).
 var decisionValues = [...][]string{{"redis"}, {"local"}, {"unavailable"}, {"cache"}}
+
+// shadowValues are decisionValues for a request that shadow policies alone
+// would have refused, let through.
+var shadowValues = [...][]string{{"redis;shadow"}, {"local;shadow"}, {"unavailable;shadow"}, {"cache;shadow"}}
 
 // decide charges the request's buckets into decision d: in Redis (under
 // the client's key, or one of its shards' when sharded), or, when Redis is

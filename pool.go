@@ -88,6 +88,21 @@ func newRedisClient(set redisSettings) (*redisClient, error) {
 	return c, nil
 }
 
+// connStates counts the open connections, idle and busy (checks in
+// flight), and the dials in progress.
+func (c *redisClient) connStates() (idle, busy, dialling int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cn := range c.conns {
+		if atomic.LoadInt64(&cn.inflight) > 0 {
+			busy++
+		} else {
+			idle++
+		}
+	}
+	return idle, busy, int64(c.dialing)
+}
+
 // setPoolSize changes the cap on open connections (the latest config wins).
 func (c *redisClient) setPoolSize(n int) {
 	c.mu.Lock()

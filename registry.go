@@ -11,6 +11,8 @@ package tollgate
 //     handler has used for backendIdle has its connections closed at the
 //     next New and is forgotten (a handler still holding it re-dials).
 //   - local buckets: a bounded store per class (localStores).
+//   - metrics: counters per class and policy, bounded and left out of the
+//     output when idle (metrics.go).
 // No goroutine runs for ever: reclaiming happens inside New, and every
 // goroutine the plugin starts ends by itself: dials (redisClient.dialAsync;
 // one at a time per node, each within its dial budget), heartbeat batches
@@ -39,13 +41,14 @@ type registry struct {
 	mu       sync.Mutex // guards backends
 	backends map[string]*backend
 	locals   *localStores
+	metrics  *metricsRegistry // what a serveMetrics middleware serves (metrics.go)
 }
 
 // shared is the process's registry.
 var shared = newRegistry()
 
 func newRegistry() *registry {
-	return &registry{now: monotonic, backends: make(map[string]*backend), locals: newLocalStores()}
+	return &registry{now: monotonic, backends: make(map[string]*backend), locals: newLocalStores(), metrics: newMetricsRegistry()}
 }
 
 // backend returns the backend for set's connection, creating it on first

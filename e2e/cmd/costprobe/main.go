@@ -318,6 +318,44 @@ func ProbeLocalTake(n int) {
 	}
 }
 
+// ProbeCount is what counting adds to an admitted check, in the
+// statements it adds to the hot path: ServeHTTP's near-limit test (an
+// operand of a test it makes anyway) and its count, redisCheck's sampling
+// test (an operand) and, in one check of histSample, the timing (tick).
+// ProbeLoop is the same loop and tests without them.
+func ProbeCount(n int) {
+	t := probeT
+	d := []int64{1, 1000, 0, 0}
+	how := decidedRedis
+	var hb *heartbeat
+	for i := 0; i < n; i++ {
+		ns := int64(i)
+		if how > decidedLocal || d[0] != 1 || d[1] < t.top.nearBelow {
+			d[3] = ns
+		}
+		atomic.AddInt64(t.top.admitted[how], 1)
+		if ns < 0 || ns&(histSample-1) == 0 || hb != nil && ns < 0 {
+			t.be.metrics.observe(t.be.now() - ns)
+		}
+	}
+}
+
+func ProbeLoop(n int) {
+	t := probeT
+	d := []int64{1, 1000, 0, 0}
+	how := decidedRedis
+	var hb *heartbeat
+	for i := 0; i < n; i++ {
+		ns := int64(i)
+		if how > decidedLocal || d[0] != 1 {
+			d[3] = ns
+		}
+		if ns < 0 || hb != nil && ns < 0 {
+			t.be.metrics.observe(t.be.now() - ns)
+		}
+	}
+}
+
 func ProbeTakeAll(n int) {
 	probeT.top.shareLocals(1)
 	lims := probeT.top.locals
@@ -344,6 +382,8 @@ var stages = []stage{
 	{name: "ProbeFallback", what: "fallback: the local bucket (no Redis)"},
 	{name: "ProbeLocalTake", what: "localBuckets.take: one bucket"},
 	{name: "ProbeTakeAll", what: "takeAll: the bucket math"},
+	{name: "ProbeCount", what: "counting: a request, near the limit, one check in 64 timed"},
+	{name: "ProbeLoop", what: "reference: the loop ProbeCount runs in"},
 	{name: "ProbeBare", what: "reference: the bare prepared EVALSHA, written and its reply read", core: true},
 	{name: "ProbeMinimal", what: "reference: a minimal one-round-trip middleware (key, connection stack, EVALSHA, status, two headers)", core: true},
 }
@@ -352,7 +392,7 @@ func main() {
 	n := flag.Int("n", 20000, "runs per stage")
 	memStage := flag.String("memprofile-stage", "", "write an allocation profile of this stage (e.g. ProbeSolo) to -memprofile")
 	memOut := flag.String("memprofile", "", "where -memprofile-stage's profile goes")
-	only := flag.String("only", "", "run only the stages whose names contain this")
+	only := flag.String("only", "", "run only the stages whose names contain one of these (comma-separated)")
 	rounds := flag.Int("rounds", 3, "rounds over the stages (figures: median of the rounds)")
 	core := flag.Bool("core", false, "only the first-class figures' probes (ServeHTTP on both paths, the bare exchange): for an older checkout")
 	flag.Parse()
@@ -403,7 +443,7 @@ func main() {
 		runtime.Version(), runtime.NumCPU(), *n, *rounds)
 	var run []stage
 	for _, s := range stages {
-		if strings.Contains(s.name, *only) && (s.core || !*core) {
+		if matchesAny(s.name, *only) && (s.core || !*core) {
 			v, err := i.Eval("tollgate." + s.name)
 			if err != nil {
 				log.Fatal(err)
@@ -455,6 +495,14 @@ func main() {
 		}
 		fmt.Printf("\nInterpreted plugin work per check, Redis path (ServeHTTP minus the bare EVALSHA write and read, same round): %s µs CPU, %s KB allocated\n",
 			spread(cpu), spread(kb))
+	}
+	if c, l := byName["ProbeCount"], byName["ProbeLoop"]; c != nil && l != nil {
+		var cpu, kb []float64
+		for r := range c.cpu {
+			cpu = append(cpu, c.cpu[r]-l.cpu[r])
+			kb = append(kb, c.kb[r]-l.kb[r])
+		}
+		fmt.Printf("Counting per admitted check (metrics; ProbeCount minus ProbeLoop): %s µs CPU, %s KB allocated\n", spread(cpu), spread(kb))
 	}
 	if minimal != nil && bare != nil {
 		var cpu, kb []float64
@@ -538,4 +586,15 @@ func copyPlugin(src, dst string) error {
 		}
 		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
 	})
+}
+
+// matchesAny reports whether name contains one of the comma-separated
+// parts of list (any name, for an empty list).
+func matchesAny(name, list string) bool {
+	for _, part := range strings.Split(list, ",") {
+		if strings.Contains(name, part) {
+			return true
+		}
+	}
+	return false
 }

@@ -1,0 +1,479 @@
+package tollgate
+
+// Metrics: the process's Tollgate counters in the Prometheus text format,
+// served by a middleware configured with serveMetrics (Traefik gives
+// plugins no metrics API). What is counted, and where:
+//   - per class and policy (policyMetrics, in the registry, so a reload
+//     that keeps a class keeps its totals): requests by decision and
+//     result, counted once per request a limit applies to; admissions near
+//     the limit.
+//   - per Redis deployment (backendMetrics, on the backend): the duration
+//     of checks (one in histSample, picked by the clock's low bits, so the
+//     hot path pays a clock read on those only), errors by reason, breaker
+//     transitions; the breaker's state and the pool's connections are read
+//     when served.
+//   - per class: the fallback's divisor; the deny caches' entries.
+//
+// Counting is one atomic add per request on the hot path (ServeHTTP), with
+// nothing to look up: each policy holds its own counters. Label values come
+// from the configuration only (classes, policy names, Redis names), never
+// from a request.
+//
+// Series lifetime: a class's and a policy's series are served while New
+// compiled them or they counted a request within metricsIdle; then they
+// are left out (a class removed by a reload goes within metricsIdle) and
+// come back, with their totals, if they count again. The registry keeps
+// at most maxPolicyMetrics policies; past that, series left out are
+// forgotten.
+
+import (
+	"bufio"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Results of a request (the result label), indexing policyMetrics.n with
+// the decision (decided*): n[how*nResults+result].
+const (
+	resultAllowed = iota
+	resultLimited
+	resultUnavailable
+	resultShadowLimited
+	nResults
+)
+
+var (
+	resultNames   = [...]string{"allowed", "limited", "unavailable", "shadow_limited"}
+	decisionNames = [...]string{"redis", "local", "unavailable", "cache"}
+)
+
+const (
+	metricsIdle      = 10 * time.Minute
+	maxPolicyMetrics = 4096
+	// histSample: one check in histSample is timed (a power of two).
+	histSample = 64
+	nBounds    = 10 // len(histBounds)
+)
+
+// histBounds are the upper bounds of the check-duration buckets, in ns:
+// fine around the default 5 ms timeout.
+var histBounds = [nBounds]int64{100e3, 250e3, 500e3, 1e6, 2e6, 3e6, 5e6, 10e6, 25e6, 100e6}
+
+// histLabels are histBounds in seconds, as Prometheus writes le.
+var histLabels = [nBounds]string{"0.0001", "0.00025", "0.0005", "0.001", "0.002", "0.003", "0.005", "0.01", "0.025", "0.1"}
+
+// Reasons a check failed (the reason label of tollgate_redis_errors_total).
+const (
+	reasonTimeout = iota
+	reasonDial
+	reasonConnection
+	reasonReply
+	reasonRedirect
+	reasonReadOnly
+	reasonNoRoute
+	reasonQueueFull
+	nReasons
+)
+
+var reasonNames = [...]string{"timeout", "dial", "connection", "reply", "redirect", "readonly", "no_route", "queue_full"}
+
+// reasonOf classifies a failed check's error.
+func reasonOf(err error) int {
+	switch err {
+	case errTimeout, errStale:
+		return reasonTimeout
+	case errDialFailed:
+		return reasonDial
+	case errConnDead, errWrite, errOwed:
+		return reasonConnection
+	case errRedirect:
+		return reasonRedirect
+	case errReadOnly:
+		return reasonReadOnly
+	case errNoRoute:
+		return reasonNoRoute
+	case errQueueFull:
+		return reasonQueueFull
+	}
+	if isTimeout(err) {
+		return reasonTimeout
+	}
+	if connLost(err) {
+		return reasonConnection
+	}
+	return reasonReply
+}
+
+// policyMetrics are one policy's counters. Safe for concurrent use:
+// counters are updated atomically; seen and changed under the registry's
+// lock.
+type policyMetrics struct {
+	class, policy string
+	n             [4 * nResults]int64 // requests, by decision*nResults + result
+	near          int64               // admitted with less than a fifth of the burst left
+	shadowLog     int64               // the last shadow refusal logged, monotonic ns
+
+	seen    int64 // the last New that compiled it, monotonic ns
+	total   int64 // the sum of n when last looked at
+	changed int64 // when total last changed, monotonic ns
+}
+
+// backendMetrics are one Redis deployment's counters (on its backend).
+type backendMetrics struct {
+	hist    [nBounds + 1]int64 // sampled check durations, by bucket (the last: +Inf)
+	histSum int64              // ns
+	errors  [nReasons]int64
+}
+
+// observe counts a sampled check that took ns nanoseconds.
+func (m *backendMetrics) observe(ns int64) {
+	i := 0
+	for i < nBounds && ns > histBounds[i] {
+		i++
+	}
+	atomic.AddInt64(&m.hist[i], 1)
+	atomic.AddInt64(&m.histSum, ns)
+}
+
+// classMetrics is what is served per class: the fallback's divisor.
+type classMetrics struct {
+	hb       *heartbeat
+	replicas int64
+	seen     int64
+}
+
+// metricsRegistry holds the process's metrics (in the registry: shared.metrics).
+type metricsRegistry struct {
+	mu       sync.Mutex
+	policies map[string]*policyMetrics // by class NUL policy
+	classes  map[string]*classMetrics
+	denies   map[*denyCache]bool // caches holding entries (denyCache.remember)
+}
+
+func newMetricsRegistry() *metricsRegistry {
+	return &metricsRegistry{policies: make(map[string]*policyMetrics), classes: make(map[string]*classMetrics), denies: make(map[*denyCache]bool)}
+}
+
+// policy returns the counters of class's policy, creating them on first
+// use, and marks them compiled at now.
+func (r *metricsRegistry) policy(class, name string, now int64) *policyMetrics {
+	key := class + "\x00" + name
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.policies[key]
+	if m == nil {
+		if len(r.policies) >= maxPolicyMetrics {
+			r.forget(now)
+		}
+		m = &policyMetrics{class: class, policy: name, changed: now}
+		r.policies[key] = m
+	}
+	m.seen = now
+	return m
+}
+
+// forget drops the policies left out of the output (see live). Requires
+// r.mu held.
+func (r *metricsRegistry) forget(now int64) {
+	for k, m := range r.policies {
+		if !m.live(now) {
+			delete(r.policies, k)
+		}
+	}
+}
+
+// live reports whether m is served at now, updating when it last counted.
+// Requires the registry's lock held.
+func (m *policyMetrics) live(now int64) bool {
+	var total int64
+	for i := range m.n {
+		total += atomic.LoadInt64(&m.n[i])
+	}
+	if total != m.total {
+		m.total = total
+		m.changed = now
+	}
+	return now-m.seen < int64(metricsIdle) || now-m.changed < int64(metricsIdle)
+}
+
+// class records class's heartbeat and replicas floor, compiled at now.
+func (r *metricsRegistry) class(class string, hb *heartbeat, replicas, now int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.classes) >= maxPolicyMetrics {
+		for k, c := range r.classes {
+			if now-c.seen >= int64(metricsIdle) {
+				delete(r.classes, k)
+			}
+		}
+	}
+	r.classes[class] = &classMetrics{hb: hb, replicas: replicas, seen: now}
+}
+
+// watchDeny counts c's entries in tollgate_deny_cache_entries; c calls it
+// when it goes from empty to holding a refusal.
+func (r *metricsRegistry) watchDeny(c *denyCache) {
+	r.mu.Lock()
+	r.denies[c] = true
+	r.mu.Unlock()
+}
+
+// denyEntries drops expired refusals from the watched caches and returns
+// the entries left; caches left empty stop being watched (they watch
+// themselves again on their next refusal). Requires r.mu held.
+func (r *metricsRegistry) denyEntries() int64 {
+	var n int64
+	for c := range r.denies {
+		c.prune()
+		if k := atomic.LoadInt64(&c.n); k > 0 {
+			n += k
+		} else {
+			delete(r.denies, c)
+		}
+	}
+	return n
+}
+
+// metricsHandler answers every request with the process's metrics
+// (serveMetrics): it applies no limit and calls no next handler.
+type metricsHandler struct{}
+
+func (metricsHandler) ServeHTTP(rw http.ResponseWriter, _ *http.Request) {
+	rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w := bufio.NewWriter(rw)
+	shared.writeMetrics(w)
+	_ = w.Flush()
+}
+
+// writeMetrics writes the exposition: every metric's HELP and TYPE, then
+// its series in a stable order.
+func (r *registry) writeMetrics(w *bufio.Writer) {
+	now := r.now()
+	m := r.metrics
+	m.mu.Lock()
+	var pols []*policyMetrics
+	for _, p := range m.policies {
+		if p.live(now) {
+			pols = append(pols, p)
+		}
+	}
+	var classes []classRow
+	for name, c := range m.classes {
+		if now-c.seen < int64(metricsIdle) || classCounts(pols, name) {
+			classes = append(classes, classRow{name, replicasSeen(c.hb, c.replicas, now)})
+		}
+	}
+	denied := m.denyEntries()
+	m.mu.Unlock()
+	sort.Slice(pols, func(i, j int) bool {
+		if pols[i].class != pols[j].class {
+			return pols[i].class < pols[j].class
+		}
+		return pols[i].policy < pols[j].policy
+	})
+	sort.Slice(classes, func(i, j int) bool { return classes[i].name < classes[j].name })
+
+	head(w, "tollgate_requests_total", "counter", "Requests a limit applied to, by the policy that decided them, how (redis, cache: a refusal repeated without Redis, local: the fallback, unavailable: Redis unavailable) and the result.")
+	for _, p := range pols {
+		for how := 0; how < len(decisionNames); how++ {
+			for res := 0; res < nResults; res++ {
+				v := atomic.LoadInt64(&p.n[how*nResults+res])
+				if v == 0 && !(how == decidedRedis && res == resultAllowed) {
+					continue // series appear once counted; allowed by redis always
+				}
+				series(w, "tollgate_requests_total", v, "class", p.class, "policy", p.policy, "decision", decisionNames[how], "result", resultNames[res])
+			}
+		}
+	}
+	head(w, "tollgate_near_limit_total", "counter", "Requests admitted with less than 20% of the policy's burst left.")
+	for _, p := range pols {
+		series(w, "tollgate_near_limit_total", atomic.LoadInt64(&p.near), "class", p.class, "policy", p.policy)
+	}
+	head(w, "tollgate_fallback_replicas", "gauge", "The number of pods the local fallback divides a class's limits by (heartbeat count, or replicas).")
+	for _, c := range classes {
+		series(w, "tollgate_fallback_replicas", c.n, "class", c.name)
+	}
+	head(w, "tollgate_deny_cache_entries", "gauge", "Refusals from Redis still in force, repeated by the pods without a Redis call.")
+	series(w, "tollgate_deny_cache_entries", denied)
+	r.writeBackendMetrics(w, now)
+}
+
+// classRow is a class's fallback divisor, as served.
+type classRow struct {
+	name string
+	n    int64
+}
+
+// classCounts reports whether a live policy of pols belongs to class.
+func classCounts(pols []*policyMetrics, class string) bool {
+	for _, p := range pols {
+		if p.class == class {
+			return true
+		}
+	}
+	return false
+}
+
+// backendRow is one Redis deployment's figures, summed over the backends
+// that share its name (one per database or user).
+type backendRow struct {
+	name                 string
+	hist                 [nBounds + 1]int64
+	histSum              int64
+	errors               [nReasons]int64
+	open                 int64
+	opened, closed       int64
+	idle, busy, dialling int64
+}
+
+func (r *registry) writeBackendMetrics(w *bufio.Writer, now int64) {
+	rows := map[string]*backendRow{}
+	var names []string
+	r.mu.Lock()
+	for _, b := range r.backends {
+		if now-atomic.LoadInt64(&b.lastUsed) > int64(backendIdle) {
+			continue
+		}
+		row := rows[b.base.name]
+		if row == nil {
+			row = &backendRow{name: b.base.name}
+			rows[b.base.name] = row
+			names = append(names, b.base.name)
+		}
+		for i := range row.hist {
+			row.hist[i] += atomic.LoadInt64(&b.metrics.hist[i])
+		}
+		row.histSum += atomic.LoadInt64(&b.metrics.histSum)
+		for i := range row.errors {
+			row.errors[i] += atomic.LoadInt64(&b.metrics.errors[i])
+		}
+		if b.breaker.isOpen() {
+			row.open = 1
+		}
+		row.opened += atomic.LoadInt64(&b.breaker.opened)
+		row.closed += atomic.LoadInt64(&b.breaker.closed)
+		for _, c := range b.clients() {
+			idle, busy, dialling := c.connStates()
+			row.idle += idle
+			row.busy += busy
+			row.dialling += dialling
+		}
+	}
+	r.mu.Unlock()
+	sort.Strings(names)
+
+	head(w, "tollgate_redis_check_duration_seconds", "histogram", "How long checks took, Redis round trip included; one check in "+strconv.Itoa(histSample)+" is timed, picked at random.")
+	for _, n := range names {
+		row := rows[n]
+		var cum int64
+		for i := range histLabels {
+			cum += row.hist[i]
+			series(w, "tollgate_redis_check_duration_seconds_bucket", cum, "redis", n, "le", histLabels[i])
+		}
+		cum += row.hist[nBounds]
+		series(w, "tollgate_redis_check_duration_seconds_bucket", cum, "redis", n, "le", "+Inf")
+		w.WriteString("tollgate_redis_check_duration_seconds_sum{redis=" + quoteLabel(n) + "} " + strconv.FormatFloat(float64(row.histSum)/1e9, 'g', -1, 64) + "\n")
+		series(w, "tollgate_redis_check_duration_seconds_count", cum, "redis", n)
+	}
+	head(w, "tollgate_redis_errors_total", "counter", "Failed checks, by reason.")
+	for _, n := range names {
+		for i, v := range rows[n].errors {
+			series(w, "tollgate_redis_errors_total", v, "redis", n, "reason", reasonNames[i])
+		}
+	}
+	head(w, "tollgate_breaker_open", "gauge", "1 while the circuit breaker in front of Redis is open (checks go to the fallback).")
+	for _, n := range names {
+		series(w, "tollgate_breaker_open", rows[n].open, "redis", n)
+	}
+	head(w, "tollgate_breaker_transitions_total", "counter", "Times the circuit breaker opened and closed.")
+	for _, n := range names {
+		series(w, "tollgate_breaker_transitions_total", rows[n].opened, "redis", n, "to", "open")
+		series(w, "tollgate_breaker_transitions_total", rows[n].closed, "redis", n, "to", "closed")
+	}
+	head(w, "tollgate_redis_connections", "gauge", "Pooled connections to Redis: idle, busy (checks in flight) or dialling.")
+	for _, n := range names {
+		series(w, "tollgate_redis_connections", rows[n].idle, "redis", n, "state", "idle")
+		series(w, "tollgate_redis_connections", rows[n].busy, "redis", n, "state", "busy")
+		series(w, "tollgate_redis_connections", rows[n].dialling, "redis", n, "state", "dialling")
+	}
+}
+
+func head(w *bufio.Writer, name, typ, help string) {
+	w.WriteString("# HELP " + name + " " + help + "\n# TYPE " + name + " " + typ + "\n")
+}
+
+// series writes one sample; labels are name, value pairs.
+func series(w *bufio.Writer, name string, v int64, labels ...string) {
+	w.WriteString(name)
+	for i := 0; i+1 < len(labels); i += 2 {
+		if i == 0 {
+			w.WriteByte('{')
+		} else {
+			w.WriteByte(',')
+		}
+		w.WriteString(labels[i] + "=" + quoteLabel(labels[i+1]))
+	}
+	if len(labels) > 0 {
+		w.WriteByte('}')
+	}
+	w.WriteString(" " + strconv.FormatInt(v, 10) + "\n")
+}
+
+// quoteLabel quotes a label value as the exposition format escapes it.
+func quoteLabel(s string) string {
+	s = strings.ReplaceAll(s, `\`, `\\`)
+	s = strings.ReplaceAll(s, "\n", `\n`)
+	return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`
+}
+
+// count counts a request decided how with decision d, under the policy
+// that decided it (decider), and the admitted policies near their limit.
+func count(set *policySet, d []int64, how int) {
+	res := resultAllowed
+	if how == decidedUnavailable {
+		res = resultUnavailable
+	} else if d[0] != 1 {
+		res = resultLimited
+	}
+	atomic.AddInt64(&set.ps[decider(set, d, how)].m.n[how*nResults+res], 1)
+	if res != resultAllowed {
+		return
+	}
+	for i, p := range set.ps {
+		if 5*d[1+3*i] < int64(p.lim.burst) {
+			atomic.AddInt64(&p.m.near, 1)
+		}
+	}
+}
+
+// decider returns the index of the policy a request is counted under: for
+// a 503, the first that fails closed (an enforcing one first); for a
+// refusal, the one with the longest wait (an enforcing one first); for an
+// admission, the one with the least of its burst left.
+func decider(set *policySet, d []int64, how int) int {
+	best := -1
+	for i, p := range set.ps {
+		var better bool
+		switch {
+		case how == decidedUnavailable:
+			better = p.failClosed && (best < 0 || set.ps[best].shadow && !p.shadow)
+		case d[0] != 1:
+			better = d[2+3*i] > 0 && (best < 0 || set.ps[best].shadow && !p.shadow ||
+				set.ps[best].shadow == p.shadow && d[2+3*i] > d[2+3*best])
+		default:
+			better = best < 0 || float64(d[1+3*i])/p.lim.burst < float64(d[1+3*best])/set.ps[best].lim.burst
+		}
+		if better {
+			best = i
+		}
+	}
+	if best < 0 {
+		return 0
+	}
+	return best
+}
