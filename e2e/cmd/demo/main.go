@@ -11,7 +11,10 @@
 // the runaway key's admissions against its budget. Midway it kills Redis
 // (each replica falls back to a local bucket of 100/3 per minute, burst 6:
 // the replicas count each other by heartbeat, there is no replicas setting),
-// then restarts it (global limiting resumes after the breaker's probe).
+// then restarts it (global limiting resumes after the breaker's probe). At
+// the end it prints each replica's Tollgate counters, as its metrics router
+// (/tollgate-metrics: a Tollgate middleware with serveMetrics) serves them
+// to Prometheus.
 //
 //	go run ./cmd/demo            # about a minute, then cleans up
 //	go run ./cmd/demo -keep      # leaves the fleet up and prints curl commands
@@ -21,6 +24,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net/http"
 	"os"
@@ -74,16 +78,26 @@ func run(ctx context.Context, phase time.Duration, keep bool) error {
 
 	fmt.Println("Starting redis-server, a backend and three Traefik replicas with Tollgate...")
 	conf := map[string]interface{}{"http": map[string]interface{}{
-		"routers": map[string]interface{}{"api": map[string]interface{}{
-			"rule": "PathPrefix(`/`)", "service": "backend", "entryPoints": []interface{}{"web"},
-			"middlewares": []interface{}{"api-limit"}}},
-		"middlewares": map[string]interface{}{"api-limit": map[string]interface{}{"plugin": map[string]interface{}{
-			"tollgate": map[string]interface{}{
-				"average": 100, "period": "1m", "burst": 20, "class": "api",
-				"sourceCriterion": map[string]interface{}{"requestHeaderName": "X-API-Key"},
-				"decisionHeader":  "X-Tollgate-Decision",
-				"redis":           map[string]interface{}{"endpoints": []interface{}{r.Addr}, "timeout": "5ms", "probeInterval": "2s", "heartbeat": "1s"},
-			}}}},
+		"routers": map[string]interface{}{
+			"api": map[string]interface{}{
+				"rule": "PathPrefix(`/`)", "service": "backend", "entryPoints": []interface{}{"web"},
+				"middlewares": []interface{}{"api-limit"}},
+			// Each replica's Tollgate counters, for Prometheus.
+			"tollgate-metrics": map[string]interface{}{
+				"rule": "Path(`" + metricsPath + "`)", "priority": 1000, "service": "noop@internal",
+				"entryPoints": []interface{}{"web"}, "middlewares": []interface{}{"tollgate-metrics"}},
+		},
+		"middlewares": map[string]interface{}{
+			"api-limit": map[string]interface{}{"plugin": map[string]interface{}{
+				"tollgate": map[string]interface{}{
+					"average": 100, "period": "1m", "burst": 20, "class": "api",
+					"sourceCriterion": map[string]interface{}{"requestHeaderName": "X-API-Key"},
+					"decisionHeader":  "X-Tollgate-Decision",
+					"redis":           map[string]interface{}{"endpoints": []interface{}{r.Addr}, "timeout": "5ms", "probeInterval": "2s", "heartbeat": "1s"},
+				}}},
+			"tollgate-metrics": map[string]interface{}{"plugin": map[string]interface{}{
+				"tollgate": map[string]interface{}{"serveMetrics": true}}},
+		},
 	}}
 	fleet, err := e2e.StartFleet(dir, 3, conf)
 	if err != nil {
@@ -236,12 +250,14 @@ func run(ctx context.Context, phase time.Duration, keep bool) error {
 	fmt.Println("  local ones are new, phase 3's Redis is empty). \"loc\" counts requests decided by the")
 	fmt.Println("  local fallback; \"failed\" counts 5xx or no answer, which Tollgate must never cause.")
 	fmt.Printf("Failed requests in the whole run: %d\n", failed)
+	printMetrics(client, fleet)
 
 	if keep {
 		fmt.Println("\nThe fleet stays up. Try:")
 		for _, t := range fleet.Replicas {
 			fmt.Printf("  curl -i -H 'X-API-Key: me' %s\n", t.URL("/"))
 		}
+		fmt.Printf("Tollgate's metrics: curl %s\n", fleet.Replicas[0].URL(metricsPath))
 		fmt.Printf("Edit %s to change the limit (Traefik reloads it).\nCtrl-C to stop.\n", fleet.Dynamic)
 		<-ctx.Done()
 	}
@@ -249,4 +265,47 @@ func run(ctx context.Context, phase time.Duration, keep bool) error {
 		return fmt.Errorf("%d requests failed", failed)
 	}
 	return nil
+}
+
+// metricsPath is where each replica's metrics router answers.
+const metricsPath = "/tollgate-metrics"
+
+// shownMetrics are the families printed at the end of the demo.
+var shownMetrics = []string{"tollgate_requests_total", "tollgate_breaker_transitions_total"}
+
+// printMetrics prints, per replica, the samples of shownMetrics its
+// metrics router serves: who decided what (decision) and with what result,
+// as Prometheus would scrape it.
+func printMetrics(client *http.Client, fleet *e2e.Fleet) {
+	fmt.Printf("\nTollgate's counters, as each replica's %s serves them to Prometheus:\n", metricsPath)
+	for _, t := range fleet.Replicas {
+		fmt.Printf("  %s:\n", t.Name)
+		resp, err := client.Get(t.URL(metricsPath))
+		if err != nil {
+			fmt.Printf("    (%v)\n", err)
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			fmt.Printf("    (%v)\n", err)
+			continue
+		}
+		if resp.StatusCode != http.StatusOK {
+			fmt.Printf("    (%s: no Tollgate metrics)\n", resp.Status)
+			continue
+		}
+		var n int
+		for _, line := range strings.Split(string(body), "\n") {
+			for _, m := range shownMetrics {
+				if strings.HasPrefix(line, m+"{") || strings.HasPrefix(line, m+" ") {
+					fmt.Printf("    %s\n", line)
+					n++
+				}
+			}
+		}
+		if n == 0 {
+			fmt.Println("    (none)")
+		}
+	}
 }
