@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -259,5 +261,53 @@ func TestShadowRuleLeavesTheTopLevelEnforced(t *testing.T) {
 	}
 	if got := m[requests(class, class, "local", "limited")]; got != 2 {
 		t.Errorf("top level limited = %v, want 2", got)
+	}
+}
+
+// TestShadowOffEnforcesWithTheBucketsAsTheyAre: a reload that turns
+// shadow off enforces at once with what shadow mode charged (no fresh
+// burst). Decided by the local fallback (Redis down), which a reload of the
+// class keeps.
+func TestShadowOffEnforcesWithTheBucketsAsTheyAre(t *testing.T) {
+	class := uniqueName("shadowoff")
+	limit := func(shadow bool) func(*Config) {
+		return func(c *Config) {
+			c.Class = class
+			c.Average, c.Period, c.Burst = 3, "1h", 3
+			c.Shadow = shadow
+		}
+	}
+	var h http.Handler = handlerOn(t, "127.0.0.1:1", limit(true))
+	for i := 0; i < 5; i++ {
+		if rec := serve(h, "k"); rec.Code != 200 {
+			t.Fatalf("shadow request %d: %d, want 200", i, rec.Code)
+		}
+	}
+	h = handlerOn(t, "127.0.0.1:1", limit(false))
+	if rec := serve(h, "k"); rec.Code != 429 {
+		t.Fatalf("after shadow off, the bucket shadow mode emptied: %d, want 429", rec.Code)
+	}
+	if rec := serve(h, "other"); rec.Code != 200 {
+		t.Fatalf("another client after shadow off: %d, want 200", rec.Code)
+	}
+}
+
+// TestShadowLogsOncePerProbeInterval: shadow refusals are logged at most
+// once per probeInterval per policy, never once per request.
+func TestShadowLogsOncePerProbeInterval(t *testing.T) {
+	var buf bytes.Buffer
+	log.SetOutput(&buf)
+	defer log.SetOutput(os.Stderr)
+	f := startFake(t, "+0 0 500 1000\r\n")
+	class := uniqueName("shadowlog")
+	var h http.Handler = handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Class = class; c.Shadow = true })
+	for i := 0; i < 20; i++ {
+		serve(h, fmt.Sprint("k", i)) // fresh keys: each asks Redis
+	}
+	if n := strings.Count(buf.String(), "tollgate: shadow: policy"); n != 1 {
+		t.Fatalf("%d shadow log lines for 20 refusals within one probeInterval, want 1:\n%s", n, buf.String())
+	}
+	if !strings.Contains(buf.String(), `of class "`+class+`"`) {
+		t.Fatalf("the log line does not name the class: %s", buf.String())
 	}
 }
