@@ -7,10 +7,8 @@ package tollgate
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -323,11 +321,7 @@ func compile(cfg *Config, name string) (*settings, error) {
 		p.name = r.Name
 		p.keySuffix = ":" + r.Name
 		p.pathPrefix = r.PathPrefix
-		for _, m := range r.Methods {
-			if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
-				p.methods = append(p.methods, m)
-			}
-		}
+		p.methods = compileMethods(r.Methods)
 		s.rules = append(s.rules, p)
 	}
 	for _, p := range append(s.rules, s.top) {
@@ -360,6 +354,9 @@ func compile(cfg *Config, name string) (*settings, error) {
 			return nil, fmt.Errorf("decisionHeader: %q is not a header name", cfg.DecisionHeader)
 		}
 		s.decision = http.CanonicalHeaderKey(h)
+		if reservedHeader(s.decision) {
+			return nil, fmt.Errorf("decisionHeader: %q has a meaning in HTTP (framing, cookies, caching, authentication or the RateLimit headers): name a header of your own, e.g. X-Tollgate-Decision", cfg.DecisionHeader)
+		}
 	}
 	if s.source, err = compileSource(cfg.SourceCriterion); err != nil {
 		return nil, err
@@ -369,6 +366,48 @@ func compile(cfg *Config, name string) (*settings, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// compileMethods upper-cases a rule's methods (requests are matched
+// case-insensitively) and adds HEAD to a GET rule: HTTP defines HEAD as
+// GET without the body, so a limit on GET that HEAD could dodge would be
+// no limit.
+func compileMethods(methods []string) []string {
+	var out []string
+	get, head := false, false
+	for _, m := range methods {
+		if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
+			out = append(out, m)
+			get = get || m == http.MethodGet
+			head = head || m == http.MethodHead
+		}
+	}
+	if get && !head {
+		out = append(out, http.MethodHead)
+	}
+	return out
+}
+
+// reservedHeaders are the response headers decisionHeader may not name
+// (canonical): what frames or routes the message, sets cookies, governs
+// caches or authentication, and the headers Tollgate itself sends.
+var reservedHeaders = map[string]bool{
+	"Content-Length": true, "Content-Type": true, "Content-Encoding": true, "Content-Range": true,
+	"Content-Location": true, "Content-Disposition": true, "Content-Security-Policy": true,
+	"Transfer-Encoding": true, "Connection": true, "Keep-Alive": true, "Upgrade": true, "Trailer": true, "Te": true,
+	"Proxy-Connection": true, "Location": true, "Host": true, "Date": true, "Server": true, "Alt-Svc": true,
+	"Set-Cookie": true, "Set-Cookie2": true, "Cookie": true,
+	"Cache-Control": true, "Expires": true, "Age": true, "Vary": true, "Etag": true, "Last-Modified": true, "Pragma": true,
+	"Www-Authenticate": true, "Authorization": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Strict-Transport-Security": true, "Accept-Ranges": true, "Allow": true,
+	"Retry-After": true, "Ratelimit": true, "Ratelimit-Policy": true,
+}
+
+// reservedHeader reports whether the canonical header name h has a meaning
+// in HTTP or is one Tollgate sends (reservedHeaders, X-Ratelimit-*,
+// Access-Control-*).
+func reservedHeader(h string) bool {
+	return reservedHeaders[h] || strings.HasPrefix(h, "X-Ratelimit-") || strings.HasPrefix(h, "Access-Control-")
 }
 
 // maxRules bounds the rules of one middleware (rule sets are cached by bitmask).
@@ -430,65 +469,6 @@ func (r redisSettings) connKey() string {
 		r.useTLS, r.tls.CA, r.tls.Cert, r.tls.Key, r.tls.InsecureSkipVerify)
 }
 
-// maxPasswordFile is the size of the largest redis.passwordFile, in bytes.
-const maxPasswordFile = 4096
-
-// readPasswordFile reads the password in redis.passwordFile. The path comes
-// from the dynamic configuration, whose author may not be whoever runs
-// Traefik, so the file must be a regular file (a symlink to one is followed:
-// Kubernetes mounts secrets so) of at most maxPasswordFile bytes holding one
-// line of printable characters; a trailing "\n" or "\r\n" is trimmed.
-// Anything else is an error naming the field and the path, and is never sent
-// to Redis: a FIFO would block New, a device such as /dev/zero would never
-// end, a multi-line file (a key, /etc/passwd, /proc/self/environ) is no
-// password, and an empty one would silently turn AUTH off. The error never
-// quotes the file's content.
-func readPasswordFile(path string) (string, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return "", fmt.Errorf("redis.passwordFile: reading %q: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("redis.passwordFile: %q is not a regular file (mode %s)", path, fi.Mode())
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("redis.passwordFile: reading %q: %w", path, err)
-	}
-	defer f.Close()
-	// Again on what was opened, in case the path changed since os.Stat.
-	if fi, err = f.Stat(); err != nil {
-		return "", fmt.Errorf("redis.passwordFile: reading %q: %w", path, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("redis.passwordFile: %q is not a regular file (mode %s)", path, fi.Mode())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxPasswordFile+1))
-	if err != nil {
-		return "", fmt.Errorf("redis.passwordFile: reading %q: %w", path, err)
-	}
-	if len(b) > maxPasswordFile {
-		return "", fmt.Errorf("redis.passwordFile: %q is larger than %d bytes", path, maxPasswordFile)
-	}
-	pass := string(b)
-	if strings.HasSuffix(pass, "\n") {
-		pass = strings.TrimSuffix(strings.TrimSuffix(pass, "\n"), "\r")
-	}
-	if pass == "" {
-		return "", fmt.Errorf("redis.passwordFile: %q is empty", path)
-	}
-	for i := 0; i < len(pass); i++ {
-		c := pass[i]
-		if c == '\n' || c == '\r' {
-			return "", fmt.Errorf("redis.passwordFile: %q holds more than one line", path)
-		}
-		if c < ' ' || c == 0x7f {
-			return "", fmt.Errorf("redis.passwordFile: %q holds a control character (at byte %d)", path, i)
-		}
-	}
-	return pass, nil
-}
-
 func compileRedis(c *RedisConfig) (redisSettings, error) {
 	r := redisSettings{username: c.Username, password: c.Password, db: c.DB, tls: c.TLS}
 	var eps []string
@@ -532,11 +512,24 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 		}
 		r.name = n
 	}
+	if c.SentinelPassword != "" && c.SentinelPasswordFile != "" {
+		return r, errors.New("redis.sentinelPassword and redis.sentinelPasswordFile are both set: use one")
+	}
+	if c.SentinelPasswordFile != "" {
+		if r.mode != modeSentinel {
+			return r, errors.New("redis.sentinelPasswordFile: set, but redis.mode is not sentinel")
+		}
+		pass, err := readPasswordFile("redis.sentinelPasswordFile", c.SentinelPasswordFile)
+		if err != nil {
+			return r, err
+		}
+		r.sentinelPass = pass
+	}
 	if c.Password != "" && c.PasswordFile != "" {
 		return r, errors.New("redis.password and redis.passwordFile are both set: use one")
 	}
 	if c.PasswordFile != "" {
-		pass, err := readPasswordFile(c.PasswordFile)
+		pass, err := readPasswordFile("redis.passwordFile", c.PasswordFile)
 		if err != nil {
 			return r, err
 		}
@@ -548,7 +541,7 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		return r, errors.New("redis.tls: cert and key must be set together")
 	}
-	r.useTLS = c.TLS.CA != "" || c.TLS.Cert != "" || c.TLS.InsecureSkipVerify
+	r.useTLS = c.TLS.Enabled || c.TLS.CA != "" || c.TLS.Cert != "" || c.TLS.InsecureSkipVerify
 	var err error
 	to := c.Timeout
 	if strings.TrimSpace(to) == "" {

@@ -153,6 +153,9 @@ type RedisConfig struct {
 	// (Username and Password are the data nodes'). Default "": no AUTH.
 	SentinelUsername string `json:"sentinelUsername,omitempty" yaml:"sentinelUsername,omitempty" toml:"sentinelUsername,omitempty"`
 	SentinelPassword string `json:"sentinelPassword,omitempty" yaml:"sentinelPassword,omitempty" toml:"sentinelPassword,omitempty"`
+	// SentinelPasswordFile is read for SentinelPassword, as PasswordFile
+	// is for Password; exclusive with SentinelPassword.
+	SentinelPasswordFile string `json:"sentinelPasswordFile,omitempty" yaml:"sentinelPasswordFile,omitempty" toml:"sentinelPasswordFile,omitempty"`
 	// Username for Redis ACL (AUTH username password). Default "".
 	Username string `json:"username,omitempty" yaml:"username,omitempty" toml:"username,omitempty"`
 	// Password for AUTH. Default "" (no AUTH).
@@ -201,6 +204,12 @@ type RedisConfig struct {
 
 // TLSConfig holds file paths (PEM) and the verification switch.
 type TLSConfig struct {
+	// Enabled turns TLS on with nothing else set: the server verified
+	// against the system's roots. Setting CA, Cert or InsecureSkipVerify
+	// turns it on too.
+	Enabled bool `json:"enabled,omitempty" yaml:"enabled,omitempty" toml:"enabled,omitempty"`
+	// CA is a PEM bundle the server's certificate is verified against;
+	// empty: the system's roots. At most 1 MiB, a regular file.
 	CA                 string `json:"ca,omitempty" yaml:"ca,omitempty" toml:"ca,omitempty"`
 	Cert               string `json:"cert,omitempty" yaml:"cert,omitempty" toml:"cert,omitempty"`
 	Key                string `json:"key,omitempty" yaml:"key,omitempty" toml:"key,omitempty"`

@@ -101,8 +101,8 @@ func TestRulesInheritFromTheTopLevel(t *testing.T) {
 	}
 	r := s.rules[0]
 	if r.lim.cost != 2 || r.periodSecs != 60 || !r.failClosed || r.keySuffix != ":search" ||
-		strings.Join(r.methods, ",") != "GET,POST" {
-		t.Fatalf("rule: %+v, want cost 2, period 60s, fail closed, methods GET,POST", r)
+		strings.Join(r.methods, ",") != "GET,POST,HEAD" {
+		t.Fatalf("rule: %+v, want cost 2, period 60s, fail closed, methods GET,POST,HEAD (a GET rule covers HEAD)", r)
 	}
 }
 

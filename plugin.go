@@ -99,6 +99,11 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	if err != nil {
 		return nil, fmt.Errorf("tollgate %s: %w", name, err)
 	}
+	if cfg.Class == "" {
+		if err := shared.claimClass(set.class, name); err != nil {
+			return nil, fmt.Errorf("tollgate %s: %w", name, err)
+		}
+	}
 	t := &Tollgate{next: next, set: set, local: shared.locals.forClass(set.class), sets: make(map[uint64]*policySet)}
 	if set.disabled {
 		return t, nil
@@ -214,7 +219,7 @@ func (p *policy) matches(req *http.Request) bool {
 		return true
 	}
 	for _, m := range p.methods {
-		if m == req.Method {
+		if strings.EqualFold(m, req.Method) {
 			return true
 		}
 	}
@@ -352,7 +357,7 @@ var shadowValues = [...][]string{{"redis;shadow"}, {"local;shadow"}, {"unavailab
 // unavailable and a policy fails closed.
 func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	v := req.Header[t.set.source.header]
-	if !t.set.byHeader || len(v) == 0 || v[0] == "" {
+	if !t.set.byHeader || len(v) != 1 || v[0] == "" { // several lines, none: identity's
 		return decideAny(t, set, req, d)
 	}
 	key := hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])

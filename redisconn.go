@@ -10,11 +10,9 @@ import (
 	"context"
 	"crypto/sha1"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -46,32 +44,6 @@ func dialTimeoutFor(timeout time.Duration) time.Duration {
 		return maxDialTimeout
 	}
 	return d
-}
-
-func tlsConfig(set redisSettings) (*tls.Config, error) {
-	conf := &tls.Config{InsecureSkipVerify: set.tls.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
-	if host, _, err := net.SplitHostPort(set.addr); err == nil {
-		conf.ServerName = host
-	}
-	if set.tls.CA != "" {
-		pem, err := os.ReadFile(set.tls.CA)
-		if err != nil {
-			return nil, fmt.Errorf("redis.tls.ca: reading %q: %w", set.tls.CA, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("redis.tls.ca: %q holds no PEM certificate", set.tls.CA)
-		}
-		conf.RootCAs = pool
-	}
-	if set.tls.Cert != "" {
-		cert, err := tls.LoadX509KeyPair(set.tls.Cert, set.tls.Key)
-		if err != nil {
-			return nil, fmt.Errorf("redis.tls.cert/key: loading %q and %q: %w", set.tls.Cert, set.tls.Key, err)
-		}
-		conf.Certificates = []tls.Certificate{cert}
-	}
-	return conf, nil
 }
 
 // dial connects, authenticates and selects the database, all before

@@ -24,6 +24,7 @@ package tollgate
 // watchIdle without checks).
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,14 +43,55 @@ type registry struct {
 	backends map[string]*backend
 	locals   *localStores
 	metrics  *metricsRegistry // what a serveMetrics middleware serves (metrics.go)
+
+	claimsMu sync.Mutex
+	claims   map[string]classClaim // classes derived from middleware names, by class
 }
+
+// classClaim is the middleware name a derived class was last built for.
+type classClaim struct {
+	name string
+	at   int64 // monotonic ns
+}
+
+// classClaimWindow is how long a derived class stays claimed by the name
+// that last built it: Traefik builds every middleware of a configuration
+// at once, so two names that collide meet within it, while a name renamed
+// by a reload no longer holds its class against the new one after it.
+const classClaimWindow = 10 * time.Second
 
 // shared is the process's registry.
 var shared = newRegistry()
 
 func newRegistry() *registry {
-	return &registry{now: monotonic, backends: make(map[string]*backend), locals: newLocalStores(), metrics: newMetricsRegistry()}
+	return &registry{now: monotonic, backends: make(map[string]*backend), locals: newLocalStores(), metrics: newMetricsRegistry(),
+		claims: make(map[string]classClaim)}
 }
+
+// claimClass records that the middleware name derived class (no class
+// set): two different names whose sanitised forms are one class would
+// share buckets without anyone choosing to, so the later one is refused,
+// with an error naming both.
+func (r *registry) claimClass(class, name string) error {
+	now := r.now()
+	r.claimsMu.Lock()
+	defer r.claimsMu.Unlock()
+	if c, ok := r.claims[class]; ok && c.name != name && now-c.at < int64(classClaimWindow) {
+		return fmt.Errorf("class: the middlewares %q and %q both become class %q (a class holds at most 64 printable characters, without spaces, quotes, backslashes or braces): set class on one of them", c.name, name, class)
+	}
+	if len(r.claims) >= maxClaims {
+		for k, c := range r.claims {
+			if now-c.at >= int64(classClaimWindow) {
+				delete(r.claims, k)
+			}
+		}
+	}
+	r.claims[class] = classClaim{name: name, at: now}
+	return nil
+}
+
+// maxClaims bounds the claims kept past their window.
+const maxClaims = 1024
 
 // backend returns the backend for set's connection, creating it on first
 // use, and reclaims backends left idle by reloads. The latest poolSize wins.

@@ -25,25 +25,25 @@ type sourceCriterion struct {
 	ipv6Subnet int
 }
 
+// defaultIPv6Subnet groups IPv6 clients by /64 unless ipv6Subnet says
+// otherwise: one subscriber or host gets a /64 and can rotate its
+// addresses within it at will, so keying each address alone (Traefik's
+// default) lets one client multiply its limit by 2^64.
+const defaultIPv6Subnet = 64
+
 func compileSource(c *SourceCriterion) (sourceCriterion, error) {
-	var s sourceCriterion
+	s := sourceCriterion{ipv6Subnet: defaultIPv6Subnet}
 	if c == nil {
 		return s, nil
 	}
-	n := 0
 	if c.RequestHeaderName != "" {
-		n++
 		s.header = http.CanonicalHeaderKey(strings.TrimSpace(c.RequestHeaderName))
 	}
 	if c.RequestHost {
-		n++
 		s.host = true
 	}
-	if c.IPStrategy != nil {
-		n++
-	}
-	if n > 1 {
-		return s, errors.New("sourceCriterion: set only one of requestHeaderName, requestHost and ipStrategy")
+	if c.RequestHost && (c.RequestHeaderName != "" || c.IPStrategy != nil) {
+		return s, errors.New("sourceCriterion: requestHost keys by the Host alone: set no requestHeaderName or ipStrategy with it")
 	}
 	if ip := c.IPStrategy; ip != nil {
 		if ip.Depth < 0 {
@@ -73,17 +73,23 @@ func compileSource(c *SourceCriterion) (sourceCriterion, error) {
 		if ip.IPv6Subnet < 0 || ip.IPv6Subnet > 128 {
 			return s, fmt.Errorf("sourceCriterion.ipStrategy.ipv6Subnet: %d is not between 0 and 128", ip.IPv6Subnet)
 		}
-		s.ipv6Subnet = int(ip.IPv6Subnet)
+		if ip.IPv6Subnet != 0 {
+			s.ipv6Subnet = int(ip.IPv6Subnet)
+		}
 	}
 	return s, nil
 }
 
 // identity returns the request's client identity, typed by its kind so that
-// a header value can never collide with an address.
+// a header value can never collide with an address. Several lines of the
+// key header are one identity, all of them in order, joined as HTTP joins
+// field lines (", "): a client cannot pick which line is keyed. A request
+// without the header (or with only empty lines) is keyed by its client IP
+// under the IP strategy.
 func (s *sourceCriterion) identity(req *http.Request) string {
 	if s.header != "" {
-		if v := req.Header.Get(s.header); v != "" {
-			return "h:" + v
+		if v := req.Header[s.header]; len(v) > 1 || len(v) == 1 && v[0] != "" {
+			return "h:" + strings.Join(v, ", ")
 		}
 	} else if s.host {
 		return "host:" + req.Host
@@ -91,46 +97,46 @@ func (s *sourceCriterion) identity(req *http.Request) string {
 	return "ip:" + s.clientIP(req)
 }
 
-// clientIP applies the IP strategy. When the strategy finds nothing (depth
-// beyond the X-Forwarded-For list, every address excluded) the connection's
-// address is used, so a client can never empty its own key.
+// clientIP applies the IP strategy and returns the address in canonical
+// form (an IPv4-mapped IPv6 address as IPv4), an IPv6 address reduced to
+// its ipv6Subnet prefix. An X-Forwarded-For entry that is not an IP is
+// skipped like an excluded one (with depth, it is as if the list were too
+// short). When the strategy finds nothing (depth beyond the list, every
+// address excluded) the connection's address is used, so a client can
+// never empty its own key.
 func (s *sourceCriterion) clientIP(req *http.Request) string {
-	ip := ""
+	var ip net.IP
 	if s.depth > 0 || len(s.excluded) > 0 {
 		xff := strings.Split(strings.Join(req.Header.Values("X-Forwarded-For"), ","), ",")
 		if s.depth > 0 {
 			if s.depth <= len(xff) {
-				ip = strings.TrimSpace(xff[len(xff)-s.depth])
+				ip = net.ParseIP(strings.TrimSpace(xff[len(xff)-s.depth]))
 			}
 		} else {
 			for i := len(xff) - 1; i >= 0; i-- {
-				c := strings.TrimSpace(xff[i])
-				if c != "" && !s.isExcluded(c) {
+				if c := net.ParseIP(strings.TrimSpace(xff[i])); c != nil && !s.isExcluded(c) {
 					ip = c
 					break
 				}
 			}
 		}
 	}
-	if ip == "" {
-		ip = req.RemoteAddr
-		if host, _, err := net.SplitHostPort(ip); err == nil {
-			ip = host
+	if ip == nil {
+		addr := req.RemoteAddr
+		if host, _, err := net.SplitHostPort(addr); err == nil {
+			addr = host
+		}
+		if ip = net.ParseIP(addr); ip == nil {
+			return addr // not an IP (a Unix socket): as it is
 		}
 	}
-	if s.ipv6Subnet > 0 {
-		if parsed := net.ParseIP(ip); parsed != nil && parsed.To4() == nil {
-			ip = parsed.Mask(net.CIDRMask(s.ipv6Subnet, 128)).String()
-		}
+	if ip.To4() == nil && s.ipv6Subnet < 128 {
+		ip = ip.Mask(net.CIDRMask(s.ipv6Subnet, 128))
 	}
-	return ip
+	return ip.String()
 }
 
-func (s *sourceCriterion) isExcluded(addr string) bool {
-	ip := net.ParseIP(addr)
-	if ip == nil {
-		return false
-	}
+func (s *sourceCriterion) isExcluded(ip net.IP) bool {
 	for _, n := range s.excluded {
 		if n.Contains(ip) {
 			return true

@@ -1,0 +1,126 @@
+package tollgate
+
+// Files the dynamic configuration names: redis.passwordFile,
+// redis.sentinelPasswordFile and redis.tls's PEM files. Whoever writes the
+// dynamic configuration (a Kubernetes CRD, a Docker label) may not be
+// whoever runs Traefik, so a path must never become a way to read the
+// pod's files or to stall it: each must be a regular file (a symlink to
+// one is followed: Kubernetes mounts secrets so), read up to a bound, and
+// an error names the field and the path, never the file's content.
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+)
+
+const (
+	// maxPasswordFile is the size of the largest password file, in bytes.
+	maxPasswordFile = 4096
+	// maxPEMFile is the size of the largest TLS file (CA bundle,
+	// certificate, key), in bytes: a system CA bundle is about 200 KiB.
+	maxPEMFile = 1 << 20
+)
+
+// readConfigFile reads the regular file at path, of at most max bytes, for
+// field. A FIFO would block New and a device such as /dev/zero would never
+// end: both are refused, as is a larger file.
+func readConfigFile(field, path string, max int64) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading %q: %w", field, path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %q is not a regular file (mode %s)", field, path, fi.Mode())
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading %q: %w", field, path, err)
+	}
+	defer f.Close()
+	// Again on what was opened, in case the path changed since os.Stat.
+	if fi, err = f.Stat(); err != nil {
+		return nil, fmt.Errorf("%s: reading %q: %w", field, path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %q is not a regular file (mode %s)", field, path, fi.Mode())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading %q: %w", field, path, err)
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s: %q is larger than %d bytes", field, path, max)
+	}
+	return b, nil
+}
+
+// readPasswordFile reads the password in a password file (field): a file
+// as readConfigFile reads it, of at most maxPasswordFile bytes, holding one
+// line of printable characters; a trailing "\n" or "\r\n" is trimmed. A
+// multi-line file (a key, /etc/passwd, /proc/self/environ) is no password,
+// and an empty one would silently turn AUTH off: both are errors.
+func readPasswordFile(field, path string) (string, error) {
+	b, err := readConfigFile(field, path, maxPasswordFile)
+	if err != nil {
+		return "", err
+	}
+	pass := string(b)
+	if strings.HasSuffix(pass, "\n") {
+		pass = strings.TrimSuffix(strings.TrimSuffix(pass, "\n"), "\r")
+	}
+	if pass == "" {
+		return "", fmt.Errorf("%s: %q is empty", field, path)
+	}
+	for i := 0; i < len(pass); i++ {
+		c := pass[i]
+		if c == '\n' || c == '\r' {
+			return "", fmt.Errorf("%s: %q holds more than one line", field, path)
+		}
+		if c < ' ' || c == 0x7f {
+			return "", fmt.Errorf("%s: %q holds a control character (at byte %d)", field, path, i)
+		}
+	}
+	return pass, nil
+}
+
+// tlsConfig builds the TLS configuration of set: the server verified by
+// set.addr's host against tls.ca, or the system's roots when ca is empty,
+// and the client certificate when cert and key are set.
+func tlsConfig(set redisSettings) (*tls.Config, error) {
+	conf := &tls.Config{InsecureSkipVerify: set.tls.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
+	if host, _, err := net.SplitHostPort(set.addr); err == nil {
+		conf.ServerName = host
+	}
+	if set.tls.CA != "" {
+		pem, err := readConfigFile("redis.tls.ca", set.tls.CA, maxPEMFile)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redis.tls.ca: %q holds no PEM certificate", set.tls.CA)
+		}
+		conf.RootCAs = pool
+	}
+	if set.tls.Cert != "" {
+		cert, err := readConfigFile("redis.tls.cert", set.tls.Cert, maxPEMFile)
+		if err != nil {
+			return nil, err
+		}
+		key, err := readConfigFile("redis.tls.key", set.tls.Key, maxPEMFile)
+		if err != nil {
+			return nil, err
+		}
+		pair, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls.cert/key: loading %q and %q: %w", set.tls.Cert, set.tls.Key, err)
+		}
+		conf.Certificates = []tls.Certificate{pair}
+	}
+	return conf, nil
+}
