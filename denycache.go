@@ -27,9 +27,11 @@ const maxDenials = 10000
 // denyCache maps client keys to their last refusal. The zero value is not
 // usable; use newDenyCache. Safe for concurrent use.
 type denyCache struct {
-	now func() int64 // monotonic ns (clock.go); tests inject their own
-	max int
-	n   int64 // len(entries), read without the lock by the hot path
+	now    func() int64 // monotonic ns (clock.go); tests inject their own
+	max    int
+	n      int64  // len(entries), read without the lock by the hot path
+	shadow []bool // by policy: shadow (nil: none is); see remember
+	latest int64  // the end of the latest refusal remembered, monotonic ns (atomic): see watchDeny
 
 	mu      sync.Mutex // guards entries and last
 	entries map[string]*denial
@@ -92,13 +94,23 @@ func countDown(ms, elapsed int64) int64 {
 	return ms
 }
 
-// remember caches refusal d for key until its longest wait ends.
+// remember caches refusal d for key until its longest wait ends: the
+// longest of the enforcing policies' that refused, when one did (a shadow
+// policy's longer wait would keep refusing once they admit: shadow.go);
+// else the shadow policies'.
 func (c *denyCache) remember(key string, d []int64) {
-	var wait int64
+	var wait, shadowWait int64
 	for i := 2; i < len(d); i += 3 {
-		if d[i] > wait {
+		if c.shadow != nil && c.shadow[(i-2)/3] {
+			if d[i] > shadowWait {
+				shadowWait = d[i]
+			}
+		} else if d[i] > wait {
 			wait = d[i]
 		}
+	}
+	if wait <= 0 {
+		wait = shadowWait
 	}
 	if wait <= 0 {
 		return
@@ -113,12 +125,17 @@ func (c *denyCache) remember(key string, d []int64) {
 	if len(c.entries) >= c.max {
 		c.evict(now)
 	}
-	first := len(c.entries) == 0
+	// Watched by the metrics unless it was, with a refusal still in force
+	// (an expired cache may have been dropped from the watch: watchDeny).
+	watch := len(c.entries) == 0 || atomic.LoadInt64(&c.latest) <= now
 	c.entries[key] = e
 	atomic.StoreInt64(&c.n, int64(len(c.entries)))
+	if e.until > atomic.LoadInt64(&c.latest) {
+		atomic.StoreInt64(&c.latest, e.until)
+	}
 	c.mu.Unlock()
-	if first {
-		shared.metrics.watchDeny(c) // after the lock: the registry's comes first (denyEntries)
+	if watch {
+		shared.metrics.watchDeny(c, now) // after the lock: the registry's comes first (denyEntries)
 	}
 }
 

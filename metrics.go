@@ -216,24 +216,49 @@ func (r *metricsRegistry) class(class string, hb *heartbeat, replicas, now int64
 }
 
 // watchDeny counts c's entries in tollgate_deny_cache_entries; c calls it
-// when it goes from empty to holding a refusal.
-func (r *metricsRegistry) watchDeny(c *denyCache) {
+// at now when it takes a refusal while empty or holding only expired ones.
+// Caches whose refusals have all expired are dropped from the watch here,
+// once it holds pruneWatchedAt (a reload leaves its instances' caches
+// behind: they must not be kept), and at each scrape.
+func (r *metricsRegistry) watchDeny(c *denyCache, now int64) {
 	r.mu.Lock()
+	if len(r.denies) >= pruneWatchedAt {
+		for w := range r.denies {
+			if atomic.LoadInt64(&w.latest) <= now {
+				delete(r.denies, w)
+			}
+		}
+	}
 	r.denies[c] = true
 	r.mu.Unlock()
 }
 
+// pruneWatchedAt is how many deny caches are watched before expired ones
+// are looked for (an atomic load each).
+const pruneWatchedAt = 8
+
 // denyEntries drops expired refusals from the watched caches and returns
 // the entries left; caches left empty stop being watched (they watch
-// themselves again on their next refusal). Requires r.mu held.
+// themselves again on their next refusal). The caches are pruned outside
+// the registry's lock.
 func (r *metricsRegistry) denyEntries() int64 {
-	var n int64
+	r.mu.Lock()
+	caches := make([]*denyCache, 0, len(r.denies))
 	for c := range r.denies {
+		caches = append(caches, c)
+	}
+	r.mu.Unlock()
+	var n int64
+	for _, c := range caches {
 		c.prune()
 		if k := atomic.LoadInt64(&c.n); k > 0 {
 			n += k
 		} else {
-			delete(r.denies, c)
+			r.mu.Lock()
+			if atomic.LoadInt64(&c.n) == 0 {
+				delete(r.denies, c)
+			}
+			r.mu.Unlock()
 		}
 	}
 	return n
@@ -268,8 +293,8 @@ func (r *registry) writeMetrics(w *bufio.Writer) {
 			classes = append(classes, classRow{name, replicasSeen(c.hb, c.replicas, now)})
 		}
 	}
-	denied := m.denyEntries()
 	m.mu.Unlock()
+	denied := m.denyEntries()
 	sort.Slice(pols, func(i, j int) bool {
 		if pols[i].class != pols[j].class {
 			return pols[i].class < pols[j].class
@@ -331,32 +356,67 @@ type backendRow struct {
 	idle, busy, dialling int64
 }
 
+// gaugeIdle: a backend without a check for this long (one a reload
+// replaced, say) no longer shows in the gauges (breaker, connections).
+const gaugeIdle = time.Minute
+
+// addCounters adds b's counters to row.
+func addCounters(row *backendRow, b *backend) {
+	for i := range row.hist {
+		row.hist[i] += atomic.LoadInt64(&b.metrics.hist[i])
+	}
+	row.histSum += atomic.LoadInt64(&b.metrics.histSum)
+	for i := range row.errors {
+		row.errors[i] += atomic.LoadInt64(&b.metrics.errors[i])
+	}
+	row.opened += atomic.LoadInt64(&b.breaker.opened)
+	row.closed += atomic.LoadInt64(&b.breaker.closed)
+}
+
+// retire keeps the counters of b, which the registry forgets, under its
+// name, so that the name's totals never go down. Requires r.mu held.
+func (r *registry) retire(b *backend) {
+	name := b.latest().name
+	row := r.retired[name]
+	if row == nil {
+		if len(r.retired) >= maxPolicyMetrics {
+			return
+		}
+		row = &backendRow{name: name}
+		r.retired[name] = row
+	}
+	addCounters(row, b)
+}
+
+// writeBackendMetrics writes the figures of each Redis name: the counters
+// of every backend that had it (those forgotten included: retire), the
+// gauges of those with a check within gaugeIdle.
 func (r *registry) writeBackendMetrics(w *bufio.Writer, now int64) {
 	rows := map[string]*backendRow{}
 	var names []string
-	r.mu.Lock()
-	for _, b := range r.backends {
-		if now-atomic.LoadInt64(&b.lastUsed) > int64(backendIdle) {
-			continue
-		}
-		row := rows[b.base.name]
+	rowFor := func(name string) *backendRow {
+		row := rows[name]
 		if row == nil {
-			row = &backendRow{name: b.base.name}
-			rows[b.base.name] = row
-			names = append(names, b.base.name)
+			row = &backendRow{name: name}
+			rows[name] = row
+			names = append(names, name)
 		}
-		for i := range row.hist {
-			row.hist[i] += atomic.LoadInt64(&b.metrics.hist[i])
-		}
-		row.histSum += atomic.LoadInt64(&b.metrics.histSum)
-		for i := range row.errors {
-			row.errors[i] += atomic.LoadInt64(&b.metrics.errors[i])
+		return row
+	}
+	r.mu.Lock()
+	for name, old := range r.retired {
+		row := rowFor(name)
+		*row = *old
+	}
+	for _, b := range r.backends {
+		row := rowFor(b.latest().name)
+		addCounters(row, b)
+		if now-atomic.LoadInt64(&b.lastUsed) > int64(gaugeIdle) {
+			continue
 		}
 		if b.breaker.isOpen() {
 			row.open = 1
 		}
-		row.opened += atomic.LoadInt64(&b.breaker.opened)
-		row.closed += atomic.LoadInt64(&b.breaker.closed)
 		for _, c := range b.clients() {
 			idle, busy, dialling := c.connStates()
 			row.idle += idle
@@ -380,7 +440,7 @@ func (r *registry) writeBackendMetrics(w *bufio.Writer, now int64) {
 		w.WriteString("tollgate_redis_check_duration_seconds_sum{redis=" + quoteLabel(n) + "} " + strconv.FormatFloat(float64(row.histSum)/1e9, 'g', -1, 64) + "\n")
 		series(w, "tollgate_redis_check_duration_seconds_count", cum, "redis", n)
 	}
-	head(w, "tollgate_redis_errors_total", "counter", "Failed checks, by reason.")
+	head(w, "tollgate_redis_errors_total", "counter", "Failed checks and failed dials, by reason.")
 	for _, n := range names {
 		for i, v := range rows[n].errors {
 			series(w, "tollgate_redis_errors_total", v, "redis", n, "reason", reasonNames[i])
@@ -432,7 +492,8 @@ func quoteLabel(s string) string {
 }
 
 // count counts a request decided how with decision d, under the policy
-// that decided it (decider), and the admitted policies near their limit.
+// that decided it (decider), and the admitted policies near their limit:
+// of the burst they were decided on (the pod's share, for the fallback).
 func count(set *policySet, d []int64, how int) {
 	res := resultAllowed
 	if how == decidedUnavailable {
@@ -444,8 +505,18 @@ func count(set *policySet, d []int64, how int) {
 	if res != resultAllowed {
 		return
 	}
+	var locals []limit
+	if how == decidedLocal {
+		set.localsMu.Lock()
+		locals = set.locals
+		set.localsMu.Unlock()
+	}
 	for i, p := range set.ps {
-		if 5*d[1+3*i] < int64(p.lim.burst) {
+		burst := p.lim.burst
+		if i < len(locals) {
+			burst = locals[i].burst
+		}
+		if 5*d[1+3*i] < int64(burst) {
 			atomic.AddInt64(&p.m.near, 1)
 		}
 	}

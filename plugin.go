@@ -146,6 +146,11 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 	m := ps[0].m
 	s.admitted = [2]*int64{&m.n[decidedRedis*nResults+resultAllowed], &m.n[decidedLocal*nResults+resultAllowed]}
 	s.nearBelow = (int64(ps[0].lim.burst) + 4) / 5
+	if s.shadow {
+		for _, p := range ps {
+			s.denied.shadow = append(s.denied.shadow, p.shadow)
+		}
+	}
 	if s.shadow && len(enforce) > 0 {
 		s.enforce = newPolicySet(enforce, keyLen)
 	}
@@ -313,6 +318,7 @@ func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policy
 // refuseUnavailable answers 503 when Redis is unavailable and a policy fails
 // closed.
 func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
+	atomic.AddInt64(&t.be.closed, 1)
 	writeUnavailable(rw, set, t.unavailableHeaders(rw, set))
 }
 
@@ -409,8 +415,7 @@ func scaleRemaining(d []int64, shards int64) {
 // line (see ServeHTTP).
 func fallback(t *Tollgate, set *policySet, key string, d []int64) int {
 	if set.failClosed {
-		atomic.AddInt64(&t.be.closed, 1)
-		return decidedUnavailable
+		return decidedUnavailable // counted as a 503 by refuseUnavailable
 	}
 	atomic.AddInt64(&t.be.fallbacks, 1)
 	n := replicasSeen(t.hb, t.set.replicas, int64(time.Since(processStart))+monoOrigin)

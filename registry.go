@@ -42,7 +42,8 @@ type registry struct {
 	mu       sync.Mutex // guards backends
 	backends map[string]*backend
 	locals   *localStores
-	metrics  *metricsRegistry // what a serveMetrics middleware serves (metrics.go)
+	metrics  *metricsRegistry       // what a serveMetrics middleware serves (metrics.go)
+	retired  map[string]*backendRow // counters of forgotten backends, by Redis name (metrics.go)
 
 	claimsMu sync.Mutex
 	claims   map[string]classClaim // classes derived from middleware names, by class
@@ -65,7 +66,7 @@ var shared = newRegistry()
 
 func newRegistry() *registry {
 	return &registry{now: monotonic, backends: make(map[string]*backend), locals: newLocalStores(), metrics: newMetricsRegistry(),
-		claims: make(map[string]classClaim)}
+		claims: make(map[string]classClaim), retired: make(map[string]*backendRow)}
 }
 
 // claimClass records that the middleware name derived class (no class
@@ -105,6 +106,7 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 			for _, c := range b.clients() {
 				c.closeIdle()
 			}
+			r.retire(b)
 			delete(r.backends, k)
 		}
 	}

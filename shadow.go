@@ -38,10 +38,17 @@ func shadowOnly(set *policySet, d []int64, how int) bool {
 // there; a refusal of theirs is answered as usual); the shadow refusal is
 // counted, shown in DecisionHeader and logged at most once per
 // probeInterval per policy. The headers are what enforcing would show.
+// When Redis did not decide (the fallback did, or a policy fails closed),
+// the enforcing policies go to the fallback too: Redis is not asked twice.
 func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *policySet, d []int64, how int) {
 	if set.enforce != nil {
 		e := make([]int64, set.enforce.decisionLen)
-		ehow := decide(t, set.enforce, req, e)
+		var ehow int
+		if how == decidedLocal || how == decidedUnavailable {
+			ehow = fallback(t, set.enforce, clientKey(t.set.class, t.set.source.identity(req)), e)
+		} else {
+			ehow = decide(t, set.enforce, req, e)
+		}
 		if ehow == decidedUnavailable || e[0] != 1 {
 			t.answer(rw, req, set.enforce, e, ehow)
 			return
