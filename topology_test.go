@@ -160,6 +160,33 @@ func TestRedirectsAreFollowedOnce(t *testing.T) {
 			}
 		})
 	}
+	// A redirects to B, which redirects again to C (which would decide):
+	// the second redirection is not followed, the check fails (and falls
+	// back) and C is never asked. Catches following redirections in a
+	// loop, or twice (e.g. redirected calling itself on a redirect reply).
+	for _, tc := range []struct{ first, second string }{
+		{"MOVED", "MOVED"}, {"MOVED", "ASK"}, {"ASK", "MOVED"}, {"ASK", "ASK"},
+	} {
+		t.Run(tc.first+" then "+tc.second, func(t *testing.T) {
+			slot := keySlot("tg{0123456789}")
+			c := startFake(t, "+1 4 0 1000\r\n")
+			b := startFake(t, fmt.Sprintf("-%s %d %s\r\n", tc.second, slot, c.l.Addr().String()))
+			a := startFake(t, fmt.Sprintf("-%s %d %s\r\n", tc.first, slot, b.l.Addr().String()))
+			aAddr := a.l.Addr().String()
+			be := topologyBackend(t, "cluster", aAddr)
+			ownAllSlots(be, aAddr)
+			atomic.StoreInt64(&be.topo.lastRefresh, monotonic()+int64(time.Hour)) // no refresh in this test
+			set := newPolicySet([]*policy{mustPolicy(t)}, 14)
+			d := make([]int64, 4)
+			if err := be.check(set.cmd, "tg{0123456789}", d, &be.set, nil); err != errRedirect {
+				t.Fatalf("check: %v, decision %v; want %v (a redirection to a redirection is not followed)", err, d, errRedirect)
+			}
+			na, nb, nc := atomic.LoadInt64(&a.evals), atomic.LoadInt64(&b.evals), atomic.LoadInt64(&c.evals)
+			if na != 1 || nb != 1 || nc != 0 {
+				t.Fatalf("A, B, C asked %d, %d, %d times; want 1, 1, 0 (one redirection followed, not the second)", na, nb, nc)
+			}
+		})
+	}
 }
 
 // ownAllSlots makes the node at addr own every slot of be's map.

@@ -65,9 +65,10 @@ func decided(rec interface{ Header() http.Header }) string {
 	return rec.Header().Get("X-Tollgate-Decision")
 }
 
-// outcome is one request of steadyTraffic.
+// outcome is one request of steadyTraffic: when it was sent and
+// answered, its status and who decided it (the decision header).
 type outcome struct {
-	at       time.Time
+	sent, at time.Time
 	code     int
 	decision string
 }
@@ -88,9 +89,10 @@ func steadyTraffic(h http.Handler, key func(i int) string) (stop func() []outcom
 				return
 			default:
 			}
+			sent := time.Now()
 			rec := do(h, "GET", "/", key(i))
 			mu.Lock()
-			out = append(out, outcome{time.Now(), rec.Code, decided(rec)})
+			out = append(out, outcome{sent, time.Now(), rec.Code, decided(rec)})
 			mu.Unlock()
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -100,6 +102,25 @@ func steadyTraffic(h http.Handler, key func(i int) string) (stop func() []outcom
 		wg.Wait()
 		return out
 	}
+}
+
+// timeline summarises outcomes as runs of one status and decision, each
+// with when its first request was sent, relative to origin:
+// "200 redis x52 from -0.512s, 200 local x3 from +0.021s, ...".
+func timeline(out []outcome, origin time.Time) string {
+	var b strings.Builder
+	for i := 0; i < len(out); {
+		j := i
+		for j < len(out) && out[j].code == out[i].code && out[j].decision == out[i].decision {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%d %s x%d from %+.3fs", out[i].code, out[i].decision, j-i, out[i].sent.Sub(origin).Seconds())
+		i = j
+	}
+	return b.String()
 }
 
 // waitDecidedByRedis sends requests for a throw-away key until Redis
@@ -131,21 +152,55 @@ func hammer(t *testing.T, h http.Handler, key string, n int) int {
 	return ok
 }
 
+// TestClusterRoutesEachKeyToItsSlot: each check goes straight to its
+// slot's primary. Each client's bucket must be on the node that owns its
+// slot, and no primary may have answered MOVED (errorstats), so a build
+// that sends every key to one node (e.g. route reading slots[0]: every
+// key to slot 0's owner) fails here even though following MOVED puts the
+// buckets in the right place.
 func TestClusterRoutesEachKeyToItsSlot(t *testing.T) {
 	forEachKindBare(t, func(t *testing.T, e *env) {
 		c := startCluster(t)
 		h := e.handler(e.pod(), "api@file", clusterOpts(c, "class", "api", "average", 60, "period", "1h", "burst", 5))
 		waitDecidedByRedis(t, h, 5*time.Second)
+		owners, err := c.SlotOwners()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := map[string]int64{}
+		for _, p := range c.Primaries() {
+			if before[p.Addr], err = p.ScriptCalls(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := map[string]int{} // owner: clients
 		for i := 0; i < 30; i++ {
 			key := fmt.Sprintf("%s-client-%d", t.Name(), i)
 			if n := hammer(t, h, key, 7); n != 5 {
 				t.Fatalf("%s: %d of 7 admitted, want the burst, 5", key, n)
 			}
+			slot, owner := slotOf(t, c, bucketKey("api", key))
+			if owner == nil || owner.Addr != owners[slot] {
+				t.Fatalf("%s: slot %d owned by %v, want %s (the map changed under the test)", key, slot, owner, owners[slot])
+			}
+			if n, err := redis.Int(owner.Do("EXISTS", bucketKey("api", key))); err != nil || n != 1 {
+				t.Fatalf("%s: its bucket is not on %s, the owner of its slot %d (%d, %v)", key, owner.Addr, slot, n, err)
+			}
+			want[owner.Addr]++
 		}
-		// The buckets are spread over the three primaries.
 		for _, p := range c.Primaries() {
-			if n, err := redis.Int(p.Do("DBSIZE")); err != nil || n < 3 {
-				t.Fatalf("primary %s holds %d keys (%v), want its share of 30 clients", p.Addr, n, err)
+			// The buckets are spread over the three primaries...
+			if n, err := redis.Int(p.Do("DBSIZE")); err != nil || n < 3 || want[p.Addr] < 3 {
+				t.Fatalf("primary %s holds %d keys (%v) of %d clients, want its share of 30 clients", p.Addr, n, err, want[p.Addr])
+			}
+			// ...each reached directly: no MOVED was needed.
+			if m, err := p.Info("errorstats"); err != nil || m["errorstat_MOVED"] != "" || m["errorstat_ASK"] != "" {
+				t.Fatalf("primary %s errorstats %v (%v), want no redirection: a check went to a node that does not own its slot", p.Addr, m, err)
+			}
+			// At least 6 checks per client (5 admitted, one refused; the
+			// 7th may be the deny cache's) ran on the owner of its slot.
+			if n, err := p.ScriptCalls(); err != nil || n-before[p.Addr] < int64(6*want[p.Addr]) {
+				t.Fatalf("primary %s ran %d scripts (%v) for its %d clients, want at least %d", p.Addr, n-before[p.Addr], err, want[p.Addr], 6*want[p.Addr])
 			}
 		}
 	})
@@ -254,12 +309,56 @@ func TestClusterFollowsAskAndMoved(t *testing.T) {
 	})
 }
 
+// Switch-over bounds of the failover tests, 2.3-3x the worst measured
+// (see each test).
+const (
+	// clusterBackBound bounds the time from a primary's kill to the
+	// first request decided by Redis again.
+	clusterBackBound = 7 * time.Second
+	// clusterLagBound bounds the time from the promotion (as the test's
+	// polling sees it) to the sending of the first request Redis decided
+	// again.
+	clusterLagBound = 750 * time.Millisecond
+	// sentinelSwitchBound bounds the time from SENTINEL FAILOVER to the
+	// new primary's first check.
+	sentinelSwitchBound = 3 * time.Second
+)
+
+// TestClusterPrimaryKilledUnderTraffic kills the primary of 5 clients'
+// slots while they send a request every 10 ms within their limit (Redis
+// Cluster, node timeout 1 s). Every request passes, and the decision
+// header says who decided: before the kill every request is decided by
+// Redis; after it, the local fallback decides (fail-open) in one stretch
+// until the replica is promoted, then Redis decides every request again,
+// on the promoted replica (its script calls count them). The switch-over
+// is bounded: Redis decides again at most clusterBackBound after the kill
+// and clusterLagBound after the promotion.
+//
+// Measured (42 runs, compiled and Yaegi, 2 cores shared with other test
+// runs): Redis decided again 2.05-2.96 s after the kill, from 0.1 s before
+// to 0.25 s after the test saw every node agree on the promotion.
+//
+// Catches (tried): a changed slot map that does not let the next check
+// through the open breaker (loadSlots without probeSoon): Redis never
+// decides again within the test (the old version of this test passed 3
+// times in 4 with it, under the default 3 s probe). Also a build whose
+// checks fall back while the cluster is healthy, or for longer than the
+// promotion (the map not read again after a failed check).
 func TestClusterPrimaryKilledUnderTraffic(t *testing.T) {
 	forEachKindBare(t, func(t *testing.T, e *env) {
 		c := startCluster(t)
 		pod := e.pod()
-		h := e.handler(pod, "api@file", clusterOpts(c, "class", "api", "average", 6000, "period", "1m", "burst", 50))
-		slow := e.handler(pod, "slow@file", clusterOpts(c, "class", "slow", "average", 50, "period", "1h", "burst", 50))
+		// A timeout of 1 s, not 50 ms: on a loaded machine a check now and
+		// then takes longer than 50 ms (measured: 1 in ~5 runs, right after
+		// the promotion or at random) and is decided locally, which would
+		// blur who decided around the failover. The dead primary refuses
+		// connections at once, whatever the timeout. The breaker opens
+		// after the kill; its probe interval (10 s) is longer than the
+		// test, so Redis decides again only if the new slot map lets the
+		// next check through at once, not by the breaker's own probe.
+		redisOpts := []interface{}{"redis.timeout", "1s", "redis.probeInterval", "10s"}
+		h := e.handler(pod, "api@file", clusterOpts(c, append([]interface{}{"class", "api", "average", 6000, "period", "1m", "burst", 50}, redisOpts...)...))
+		slow := e.handler(pod, "slow@file", clusterOpts(c, append([]interface{}{"class", "slow", "average", 50, "period", "1h", "burst", 50}, redisOpts...)...))
 		waitDecidedByRedis(t, h, 5*time.Second)
 		// Clients whose buckets live on the primary about to die.
 		victim := c.Primaries()[0]
@@ -285,6 +384,7 @@ func TestClusterPrimaryKilledUnderTraffic(t *testing.T) {
 		time.Sleep(time.Second)
 		killed := time.Now()
 		victim.Kill()
+		dead := time.Now() // the process is gone: requests sent since cannot reach it
 		err = c.WaitHealthy(20 * time.Second)
 		promoted := time.Now()
 		time.Sleep(2 * time.Second)
@@ -292,43 +392,74 @@ func TestClusterPrimaryKilledUnderTraffic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var local, lateLocal int
-		var back time.Time
-		for _, r := range results {
-			if r.code != 200 {
-				t.Fatalf("%v: %d (%s): a client within its limit was refused around the failover", r.at, r.code, r.decision)
-			}
-			switch {
-			case r.decision == "local":
-				local++
-				if r.at.After(promoted.Add(time.Second)) {
-					lateLocal++
-				}
-			case r.decision == "redis" && r.at.After(killed) && back.IsZero():
-				back = r.at
-			}
-		}
-		t.Logf("primary killed; replica promoted after %v; %d requests decided locally (fail-open); Redis decided again %v after the kill",
-			promoted.Sub(killed).Round(time.Millisecond), local, back.Sub(killed).Round(time.Millisecond))
-		if local == 0 || back.IsZero() || lateLocal > 0 {
-			t.Fatalf("%d local decisions (%d more than 1 s after the promotion), Redis back at %v: want fail-open during the gap only", local, lateLocal, back)
-		}
-		// The limit holds again, on the promoted replica: a fresh client
-		// whose bucket is in the dead primary's slots.
 		owners, err := c.SlotOwners()
 		if err != nil {
 			t.Fatal(err)
 		}
-		promotedAddr, fresh := "", ""
-		for i := 0; fresh == ""; i++ {
-			k := fmt.Sprintf("%s-after-%d", t.Name(), i)
-			slot, _ := slotOf(t, c, bucketKey("slow", k))
-			if victimSlots[slot] {
-				fresh, promotedAddr = k, owners[slot]
+		var heir *Redis // the promoted replica
+		for slot := range victimSlots {
+			heir = c.Node(owners[slot])
+			break
+		}
+		if heir == nil || heir == victim {
+			t.Fatalf("the dead primary's slots are owned by %v", heir)
+		}
+		heirCalls, err := heir.ScriptCalls()
+		if err != nil {
+			t.Fatal(err)
+		}
+		story := timeline(results, killed)
+		var healthy, local, again int
+		var back *outcome // the first request after the kill decided by Redis
+		for i := range results {
+			r := &results[i]
+			switch {
+			case r.code != 200:
+				t.Fatalf("%+.3fs: %d (%s): a client within its limit was refused around the failover: %s", r.sent.Sub(killed).Seconds(), r.code, r.decision, story)
+			case r.at.Before(killed):
+				if r.decision != "redis" {
+					t.Fatalf("%+.3fs: decided by %q before the kill, want redis: %s", r.sent.Sub(killed).Seconds(), r.decision, story)
+				}
+				healthy++
+			case r.sent.Before(dead):
+				// In flight during the kill: either.
+			case back == nil && r.decision == "local":
+				local++
+			case r.decision == "redis":
+				if back == nil {
+					back = r
+				}
+				again++
+			case back == nil:
+				t.Fatalf("%+.3fs: decided by %q after the kill, want local, then redis: %s", r.sent.Sub(killed).Seconds(), r.decision, story)
+			default:
+				t.Fatalf("%+.3fs: decided by %q after Redis decided again (%+.3fs), want redis: %s", r.sent.Sub(killed).Seconds(), r.decision, back.sent.Sub(killed).Seconds(), story)
 			}
 		}
-		if promotedAddr == victim.Addr {
-			t.Fatalf("slot still owned by the dead primary")
+		if healthy < 20 || local == 0 || back == nil || again < 50 {
+			t.Fatalf("%d requests decided by Redis before the kill (want 20 or more), %d locally after it (want some), %d by Redis again (want 50 or more): %s", healthy, local, again, story)
+		}
+		t.Logf("primary killed; replica promoted after %v; %d requests decided locally (fail-open); Redis decided again %v after the kill, %v after the promotion was seen",
+			promoted.Sub(killed).Round(time.Millisecond), local, back.at.Sub(killed).Round(time.Millisecond), back.sent.Sub(promoted).Round(time.Millisecond))
+		if d := back.at.Sub(killed); d > clusterBackBound {
+			t.Fatalf("Redis decided again %v after the kill, want at most %v: %s", d.Round(time.Millisecond), clusterBackBound, story)
+		}
+		if d := back.sent.Sub(promoted); d > clusterLagBound {
+			t.Fatalf("Redis decided again %v after the promotion, want at most %v: %s", d.Round(time.Millisecond), clusterLagBound, story)
+		}
+		// Every request Redis decided after the kill ran on the promoted
+		// replica (which ran no script before: replicas get the effects).
+		if heirCalls < int64(again) {
+			t.Fatalf("the promoted replica %s ran %d scripts, want at least the %d requests decided by Redis after the kill", heir.Addr, heirCalls, again)
+		}
+		// The limit holds again, on the promoted replica: a fresh client
+		// whose bucket is in the dead primary's slots.
+		fresh := ""
+		for i := 0; fresh == ""; i++ {
+			k := fmt.Sprintf("%s-after-%d", t.Name(), i)
+			if slot, _ := slotOf(t, c, bucketKey("slow", k)); victimSlots[slot] {
+				fresh = k
+			}
 		}
 		if n := hammer(t, slow, fresh, 70); n != 50 {
 			t.Fatalf("after the failover a fresh client got %d of 70, want the burst, 50", n)
@@ -349,12 +480,35 @@ func startSentinels(t *testing.T) *Sentinels {
 	return s
 }
 
+// TestSentinelFailoverUnderTraffic runs SENTINEL FAILOVER while clients
+// send a request every 10 ms within their limit. Every request passes,
+// and the decision header says who decided: before the command every
+// request is decided by Redis; local decisions (fail-open) happen only in
+// the switch-over window, from the command until switchSlack after the new
+// primary ran its first check; after it every request is decided by Redis,
+// on the new primary (the old one runs no more checks, the new one at
+// least as many as those requests). The new primary runs its first check
+// at most sentinelSwitchBound after the command.
+//
+// Measured (24 runs, compiled and Yaegi, 2 cores shared with other test
+// runs): the new primary ran its first check 1.12-1.31 s after the
+// command (Sentinel announces +switch-master once it has seen the replica
+// report itself primary, polled every second); no request was decided
+// locally (the old primary stays writable until Sentinel demotes it).
+//
+// Catches (tried): a watcher that ignores +switch-master: the old
+// primary, writable for 11 s more, keeps the checks until it is demoted
+// and answers READONLY (first check on the new primary after 11.2 s).
+// Also a build that keeps checking on the old primary, or falls back
+// outside the switch-over.
 func TestSentinelFailoverUnderTraffic(t *testing.T) {
+	const switchSlack = 300 * time.Millisecond
 	forEachKindBare(t, func(t *testing.T, e *env) {
 		s := startSentinels(t)
+		// A timeout of 1 s, not 50 ms, as in the cluster's failover test.
 		h := e.handler(e.pod(), "api@file", topoOpts(map[string]interface{}{
 			"mode": "sentinel", "endpoints": s.Addrs(), "masterName": MasterName,
-			"sentinelPassword": SentinelPassword, "password": DataPassword, "timeout": "50ms",
+			"sentinelPassword": SentinelPassword, "password": DataPassword, "timeout": "1s",
 		}, "class", "api", "average", 600, "period", "1m", "burst", 20))
 		waitDecidedByRedis(t, h, 5*time.Second)
 		if n := hammer(t, h, t.Name()+"-before", 30); n != 20 {
@@ -363,10 +517,12 @@ func TestSentinelFailoverUnderTraffic(t *testing.T) {
 		if n, _ := s.Primary.ScriptCalls(); n == 0 {
 			t.Fatal("the primary ran no script")
 		}
-		stop := steadyTraffic(h, func(i int) string { return fmt.Sprintf("steady-%d", i%5) })
+		// 20 clients at 5 requests/s each at most: within 10/s.
+		stop := steadyTraffic(h, func(i int) string { return fmt.Sprintf("steady-%d", i%20) })
 		time.Sleep(500 * time.Millisecond)
 		start := time.Now()
 		if _, err := s.Sentinels[0].Do("SENTINEL", "FAILOVER", MasterName); err != nil {
+			stop()
 			t.Fatal(err)
 		}
 		var switched time.Duration
@@ -376,20 +532,56 @@ func TestSentinelFailoverUnderTraffic(t *testing.T) {
 				break
 			}
 		}
+		// The window ends: checks in flight on the old primary are done.
+		time.Sleep(switchSlack)
+		oldAt, err1 := s.Primary.ScriptCalls()
+		newAt, err2 := s.Replica.ScriptCalls()
+		settled := time.Now()
 		time.Sleep(time.Second)
-		codes := map[string]int{}
-		for _, o := range stop() {
-			codes[fmt.Sprintf("%d %s", o.code, o.decision)]++
-		}
-		if switched == 0 {
-			t.Fatalf("the promoted replica ran no script within 20 s of SENTINEL FAILOVER (decisions %v)", codes)
-		}
-		for k := range codes {
-			if !strings.HasPrefix(k, "200 ") {
-				t.Fatalf("decisions around the failover %v: a client within its limit was refused", codes)
+		results := stop()
+		oldEnd, err3 := s.Primary.ScriptCalls()
+		newEnd, err4 := s.Replica.ScriptCalls()
+		for _, err := range []error{err1, err2, err3, err4} {
+			if err != nil {
+				t.Fatal(err)
 			}
 		}
-		t.Logf("SENTINEL FAILOVER: the new primary ran its first check %v later; decisions %v", switched.Round(time.Millisecond), codes)
+		story := timeline(results, start)
+		if switched == 0 {
+			t.Fatalf("the promoted replica ran no script within 20 s of SENTINEL FAILOVER: %s", story)
+		}
+		var healthy, local, after int
+		for _, o := range results {
+			at := o.sent.Sub(start).Seconds()
+			switch {
+			case o.code != 200:
+				t.Fatalf("%+.3fs: %d (%s): a client within its limit was refused around the failover: %s", at, o.code, o.decision, story)
+			case o.at.Before(start):
+				if o.decision != "redis" {
+					t.Fatalf("%+.3fs: decided by %q before the failover, want redis: %s", at, o.decision, story)
+				}
+				healthy++
+			case o.sent.After(settled):
+				if o.decision != "redis" {
+					t.Fatalf("%+.3fs: decided by %q after the switch-over (the new primary's first check at %+.3fs), want redis: %s", at, o.decision, switched.Seconds(), story)
+				}
+				after++
+			case o.decision == "local":
+				local++
+			case o.decision != "redis":
+				t.Fatalf("%+.3fs: decided by %q during the switch-over, want redis or local: %s", at, o.decision, story)
+			}
+		}
+		t.Logf("SENTINEL FAILOVER: the new primary ran its first check %v later; %d requests decided locally; %s", switched.Round(time.Millisecond), local, story)
+		if healthy < 20 || after < 30 {
+			t.Fatalf("%d requests decided by Redis before the failover (want 20 or more), %d after it (want 30 or more): %s", healthy, after, story)
+		}
+		if switched > sentinelSwitchBound {
+			t.Fatalf("the new primary ran its first check %v after SENTINEL FAILOVER, want at most %v: %s", switched.Round(time.Millisecond), sentinelSwitchBound, story)
+		}
+		if oldEnd != oldAt || newEnd-newAt < int64(after) {
+			t.Fatalf("after the switch-over the old primary ran %d scripts (want none), the new one %d (want at least the %d requests)", oldEnd-oldAt, newEnd-newAt, after)
+		}
 		if addr, err := s.MasterAddr(); err != nil || addr != s.Replica.Addr {
 			t.Fatalf("sentinels name %s (%v) as primary, want the replica %s", addr, err, s.Replica.Addr)
 		}
