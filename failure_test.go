@@ -488,10 +488,16 @@ func TestFrozenRedisTimesOutAndDropsTheConnection(t *testing.T) {
 	c := h.be.client
 	waitConns(t, c, 1)
 	f.freeze()
+	// Measured on 2 cores shared with other test runs (6 compiled, 4
+	// interpreted runs): 21.5 to 23.3 ms. The bound leaves 60 ms for one
+	// check's scheduling on a loaded machine (the e2e suite saw single
+	// interpreted requests delayed by up to 53 ms). Caught: a check given
+	// the renewal's cap, 10 timeouts (200 ms), from its write (the old
+	// bound, 200 ms, let it pass by a hair), and one giving up early.
 	start := time.Now()
 	serve(h, t.Name())
-	if el := time.Since(start); el > 200*time.Millisecond || h.be.stats().Failures != 1 {
-		t.Fatalf("frozen: %v, stats %+v; want one failure after about 20 ms", el, h.be.stats())
+	if el := time.Since(start); el < 20*time.Millisecond || el > 80*time.Millisecond || h.be.stats().Failures != 1 {
+		t.Fatalf("frozen: %v, stats %+v; want one failure after about 20 ms (20 to 80 ms)", el, h.be.stats())
 	}
 	time.Sleep(staleAfter + 20*time.Millisecond)
 	serve(h, t.Name())

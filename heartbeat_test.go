@@ -17,8 +17,12 @@ func TestHeartbeatRidesOnChecks(t *testing.T) {
 	serve(h, t.Name())
 	waitFor(t, func() bool { return atomic.LoadInt64(&f.beats) == 1 }, "the first check's heartbeat")
 	waitFor(t, func() bool { return replicasSeen(h.hb, h.set.replicas, monotonic()) == 3 }, "the count (3) to be kept")
-	serve(h, t.Name()) // not due yet
-	time.Sleep(50 * time.Millisecond)
+	// Not due yet: no heartbeat is asked for. A heartbeat asked for is
+	// sent before the beat goroutine ends (see beatQuiet), so once it is
+	// quiet the server has counted every one: no sleep decides this. (A
+	// beat asked for on every check fails here.)
+	serve(h, t.Name())
+	beatQuiet(t, h)
 	if n := atomic.LoadInt64(&f.beats); n != 1 {
 		t.Fatalf("%d heartbeats within one interval, want 1", n)
 	}
@@ -34,7 +38,7 @@ func TestHeartbeatOff(t *testing.T) {
 	f := startFake(t, "+1 4 0 1000\r\n")
 	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Heartbeat = "0"; c.Replicas = 2 })
 	serve(h, t.Name())
-	time.Sleep(50 * time.Millisecond)
+	beatQuiet(t, h) // a beat asked for by that check would be counted now
 	if n := atomic.LoadInt64(&f.beats); n != 0 || h.hb != nil || replicasSeen(h.hb, h.set.replicas, monotonic()) != 2 {
 		t.Fatalf("heartbeat off: %d heartbeats, divisor %d; want none and replicas (2)", n, replicasSeen(h.hb, h.set.replicas, monotonic()))
 	}
@@ -80,6 +84,30 @@ func TestHeartbeatConfig(t *testing.T) {
 			t.Fatalf("heartbeat %q: err %v, got %v; want %v (error: %v)", tc.in, err, s, tc.want, tc.wantErr)
 		}
 	}
+}
+
+// beatQuiet waits until h's backend has no heartbeat asked for and no beat
+// goroutine running. beat marks a heartbeat due, then starts the goroutine
+// unless it runs, before the check that asked returns; the goroutine takes
+// what is due and sends it, reading every reply (the fake counts a
+// heartbeat when it reads its ZCARD, before replying), and stops beating
+// only when nothing is due. So once quiet, every heartbeat asked for
+// before the call has been counted by the server.
+func beatQuiet(t *testing.T, h *Tollgate) {
+	t.Helper()
+	waitFor(t, func() bool {
+		if atomic.LoadInt32(&h.be.beating) != 0 {
+			return false
+		}
+		h.be.beatsMu.Lock()
+		defer h.be.beatsMu.Unlock()
+		for _, hb := range h.be.beats {
+			if atomic.LoadInt32(&hb.due) != 0 {
+				return false
+			}
+		}
+		return true
+	}, "the heartbeat goroutine to end")
 }
 
 // waitFor polls cond for up to 2 s.

@@ -34,5 +34,12 @@ func StartBackend() (*Backend, error) {
 // Hits is the number of requests served.
 func (b *Backend) Hits() int64 { return atomic.LoadInt64(&b.hits) }
 
+// CloseIdle closes the keep-alive connections idle on the server (the
+// proxies' pooled connections to it), which keeps serving.
+func (b *Backend) CloseIdle() {
+	b.server.SetKeepAlivesEnabled(false) // closes the idle connections
+	b.server.SetKeepAlivesEnabled(true)
+}
+
 // Close stops the server.
 func (b *Backend) Close() { _ = b.server.Close() }

@@ -235,8 +235,10 @@ func TestFleetOneBudget(t *testing.T) {
 		)
 	}, "api@file", "other@file")
 
+	var all []reply // every reply, for the backend's count
 	key := fleetKey(t, "a")
 	rs := fe.burstOf(90, "GET", "/", key)
+	all = append(all, rs...)
 	checkHeaders(t, rs)
 	perReplica := map[int]int{}
 	for _, r := range rs {
@@ -251,10 +253,14 @@ func TestFleetOneBudget(t *testing.T) {
 		t.Fatalf("all admitted requests came from one replica: %v", perReplica)
 	}
 	// Another key, and the same key in another class, have their own budgets.
-	if s := statuses(fe.burstOf(30, "GET", "/", fleetKey(t, "b"))); s[200] != 20 || s[429] != 10 {
+	rs = fe.burstOf(30, "GET", "/", fleetKey(t, "b"))
+	all = append(all, rs...)
+	if s := statuses(rs); s[200] != 20 || s[429] != 10 {
 		t.Fatalf("second key: %v, want 20 x 200, 10 x 429", s)
 	}
-	if s := statuses(fe.burstOf(30, "GET", "/other", key)); s[200] != 20 || s[429] != 10 {
+	rs = fe.burstOf(30, "GET", "/other", key)
+	all = append(all, rs...)
+	if s := statuses(rs); s[200] != 20 || s[429] != 10 {
 		t.Fatalf("same key, other class: %v, want 20 x 200, 10 x 429", s)
 	}
 	// POST /login is charged to the login rule and the top-level limit
@@ -265,6 +271,7 @@ func TestFleetOneBudget(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		seq = append(seq, fe.mustSend(i, "POST", "/login", k))
 	}
+	all = append(all, seq...)
 	checkHeaders(t, seq)
 	for i, r := range seq {
 		want := 200
@@ -278,8 +285,24 @@ func TestFleetOneBudget(t *testing.T) {
 	if !strings.Contains(seq[7].header.Get("RateLimit-Policy"), `"login"`) {
 		t.Fatalf("login RateLimit-Policy %q does not name the rule", seq[7].header.Get("RateLimit-Policy"))
 	}
-	if s := statuses(fe.burstOf(20, "GET", "/", k)); s[200] != 15 || s[429] != 5 {
+	rs = fe.burstOf(20, "GET", "/", k)
+	all = append(all, rs...)
+	if s := statuses(rs); s[200] != 15 || s[429] != 5 {
 		t.Fatalf("GET / after 5 logins: %v, want 15 x 200, 5 x 429", s)
+	}
+	checkBackendHits(t, fe, all)
+}
+
+// checkBackendHits fails unless the fleet's backend served exactly the
+// 200s of rs, every reply the fleet gave: a refusal (429 or 503) is
+// answered by the middleware and never reaches the backend. Caught: a
+// middleware that calls the next handler before refusing, its response
+// discarded (the client still sees the 429).
+func checkBackendHits(t *testing.T, fe *fleetEnv, rs []reply) {
+	t.Helper()
+	s := statuses(rs)
+	if hits := fe.fleet.Backend.Hits(); hits != int64(s[200]) {
+		t.Fatalf("the backend served %d requests; the fleet answered %v: want exactly the 200s (refusals never reach the backend)", hits, s)
 	}
 }
 
@@ -442,6 +465,9 @@ func TestFleetRedisKilled(t *testing.T) {
 	fe.redis.Kill()
 	const down = 4 * time.Second
 	time.Sleep(down)
+	// Requests sent while Restart runs may meet the new Redis: the checks
+	// of "Redis down" end when it starts.
+	restarting := time.Now()
 	if err := fe.redis.Restart(); err != nil {
 		d.Stop()
 		t.Fatal(err)
@@ -488,7 +514,7 @@ func TestFleetRedisKilled(t *testing.T) {
 	}
 	// (From 200 ms after the kill: a refusal cached just before it is in
 	// force for at most one token's refill, 100 ms.)
-	for _, s := range d.window(runaway, killed.Add(200*time.Millisecond), restarted) {
+	for _, s := range d.window(runaway, killed.Add(200*time.Millisecond), restarting) {
 		if got := s.header.Get("X-Tollgate-Decision"); got != "local" {
 			t.Fatalf("Redis down: %v decided by %q", s, got)
 		}
@@ -508,7 +534,7 @@ func TestFleetRedisKilled(t *testing.T) {
 	}
 	// The login rule fails closed: 503 problem+json with Retry-After.
 	var closed int
-	for _, s := range d.window(login, killed.Add(100*time.Millisecond), restarted) {
+	for _, s := range d.window(login, killed.Add(100*time.Millisecond), restarting) {
 		if s.err != nil || s.status != 503 {
 			t.Fatalf("POST /login while Redis was down: %v, want 503", s)
 		}
@@ -540,6 +566,15 @@ func TestFleetRedisKilled(t *testing.T) {
 		}
 	}
 	t.Logf("after recovery: %d requests decided by Redis, %d by the deny cache", sent, cached)
+	// The 429s (from Redis, the deny cache and the local buckets) and the
+	// 503s of the closed rule never reached the backend.
+	var every []reply
+	d.mu.Lock()
+	for _, s := range d.samples {
+		every = append(every, s.reply)
+	}
+	d.mu.Unlock()
+	checkBackendHits(t, fe, every)
 	if after-before < int64(sent)*9/10 || sent < len(d.window(steady[0], from, to)) {
 		t.Fatalf("after recovery Redis ran %d scripts for %d requests", after-before, sent)
 	}
@@ -659,22 +694,31 @@ func TestFleetReload(t *testing.T) {
 	}
 	fe := startFleet(t, 3, func(a string) map[string]interface{} { addr = a; return conf(0, 100000) }, "api@file")
 	keys := []string{fleetKey(t, "a"), fleetKey(t, "b"), fleetKey(t, "c")}
-	d := fe.drive(flow{keys[0], "GET", "/", 10 * time.Millisecond}, flow{keys[1], "GET", "/", 10 * time.Millisecond},
-		flow{keys[2], "GET", "/extra0", 10 * time.Millisecond})
+	flows := []flow{{keys[0], "GET", "/", 10 * time.Millisecond}, {keys[1], "GET", "/", 10 * time.Millisecond},
+		{keys[2], "GET", "/extra0", 10 * time.Millisecond}}
+	// The baseline is taken as the end is: after a second of the same
+	// traffic, once it has stopped and the keep-alive connections it left
+	// (clients to Traefik, Traefik to the backend: goroutines of their
+	// own, as many as the traffic's concurrency happened to open) are
+	// closed.
+	warm := fe.drive(flows...)
 	time.Sleep(time.Second)
+	warm.Stop()
+	fe.closeIdle()
 	clients0, err := fe.redis.Clients()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var g0, r0 []float64
 	for _, tr := range fe.fleet.Replicas {
-		g, err := tr.Goroutines()
+		g, _, err := goroutineFloor(tr, time.Second, -1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		r, _ := tr.Metric("traefik_config_reloads_total")
 		g0, r0 = append(g0, float64(g)), append(r0, r)
 	}
+	d := fe.drive(flows...)
 	// Each rewrite is waited for until every replica has applied it
 	// (Traefik coalesces rewrites that come faster than it applies them).
 	applied := append([]float64(nil), r0...)
@@ -715,38 +759,82 @@ func TestFleetReload(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // let Traefik finish closing the old handlers
 	d.Stop()
+	fe.closeIdle()
 	for _, k := range keys[:2] {
 		if f := d.failures(k); len(f) > 0 {
 			t.Fatalf("%d requests failed during the reloads, first: %v", len(f), f[0])
 		}
 	}
-	clients1, _ := fe.redis.Clients()
-	t.Logf("Redis connected clients: %d before, %d after", clients0, clients1)
 	// Every New shares its replica's pool: the connections are bounded by
 	// poolSize (4) and the heartbeat's own on each of 3 replicas, plus this
 	// query's, whatever the number of reloads (a pool per New would leave
-	// hundreds).
+	// hundreds). A connection being replaced (closed as stale under load,
+	// its successor dialled) may be counted twice for a moment (once in
+	// 10 runs, 17 at the first look): the bound must hold within 5 s.
+	var clients1 int
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if clients1, err = fe.redis.Clients(); err != nil {
+			t.Fatal(err)
+		}
+		if clients1 <= 3*(4+1)+1 || time.Now().After(end) {
+			break
+		}
+	}
+	t.Logf("Redis connected clients: %d before, %d after", clients0, clients1)
 	if clients1 > 3*(4+1)+1 {
 		t.Fatalf("Redis connected clients: %d before 200 reloads, %d after", clients0, clients1)
 	}
 	for i, tr := range fe.fleet.Replicas {
 		// Short-lived goroutines (a dial, a heartbeat batch, Traefik
-		// closing a connection) may be running at any one sample: a leak
-		// is what stays above the bound for 5 s.
-		var g int
-		for end := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			var err error
-			if g, err = tr.Goroutines(); err != nil {
-				t.Fatal(err)
-			}
-			if float64(g) <= g0[i]*1.2+10 || time.Now().After(end) {
-				break
-			}
+		// closing a connection) may be running at any one sample: the
+		// floor over 5 s is compared (sampled every 100 ms, it stops as
+		// soon as it is within the bound). Measured (2 cores shared with
+		// other test runs, 5 runs): 26 before and 26 after on every
+		// replica, every sample. (Before the idle connections were
+		// closed, the count moved by up to 7 with them.) One goroutine
+		// leaked per New (a goroutine started in New that never ends)
+		// is hundreds more; 3 leaked in all fail too.
+		g, samples, err := goroutineFloor(tr, 5*time.Second, g0[i]+goroutineSlack)
+		if err != nil {
+			t.Fatal(err)
 		}
 		r, _ := tr.Metric("traefik_config_reloads_total")
-		t.Logf("%s: %d reloads applied; goroutines %v before, %d after", tr.Name, int(r-r0[i]), g0[i], g)
-		if float64(g) > g0[i]*1.2+10 {
-			t.Fatalf("%s: %v goroutines before 200 reloads, %d after:\n%s", tr.Name, g0[i], g, tr.GoroutineDump())
+		t.Logf("%s: %d reloads applied; goroutines %v before, %d after (samples %v)", tr.Name, int(r-r0[i]), g0[i], g, samples)
+		if float64(g) > g0[i]+goroutineSlack {
+			t.Fatalf("%s: %v goroutines before 200 reloads, at least %d after for 5 s (samples %v), want at most %v more:\n%s",
+				tr.Name, g0[i], g, samples, goroutineSlack, tr.GoroutineDump())
+		}
+	}
+}
+
+// closeIdle closes the idle keep-alive connections to the replicas and
+// from them to the backend.
+func (fe *fleetEnv) closeIdle() {
+	fleetClient.CloseIdleConnections()
+	fe.fleet.Backend.CloseIdle()
+}
+
+// goroutineSlack is how many more goroutines than its baseline a replica
+// may run after the reload drill (see TestFleetReload): none were seen.
+const goroutineSlack = 2
+
+// goroutineFloor samples tr's goroutines every 100 ms for d and returns
+// the fewest seen and the samples; it returns early once a sample is at
+// most stopAt.
+func goroutineFloor(tr *Traefik, d time.Duration, stopAt float64) (int, []int, error) {
+	var samples []int
+	floor := -1
+	for end := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+		g, err := tr.Goroutines()
+		if err != nil {
+			return 0, samples, err
+		}
+		samples = append(samples, g)
+		if floor < 0 || g < floor {
+			floor = g
+		}
+		if float64(g) <= stopAt || time.Now().After(end) {
+			return floor, samples, nil
 		}
 	}
 }

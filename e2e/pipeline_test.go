@@ -99,7 +99,7 @@ func TestConcurrentChecksKeepTheirTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer e.redis.Resume()
-		var slowest int64
+		took := make([]time.Duration, 80)
 		var failed int64
 		var wg sync.WaitGroup
 		for g := 0; g < 16; g++ {
@@ -111,23 +111,31 @@ func TestConcurrentChecksKeepTheirTimeout(t *testing.T) {
 					if do(h, "GET", "/", fmt.Sprintf("k%d", g)).Code != 200 {
 						atomic.AddInt64(&failed, 1)
 					}
-					d := int64(time.Since(start))
-					for {
-						s := atomic.LoadInt64(&slowest)
-						if d <= s || atomic.CompareAndSwapInt64(&slowest, s, d) {
-							break
-						}
-					}
+					took[g*5+i] = time.Since(start)
 				}
 			}(g)
 		}
 		wg.Wait()
+		sortDurations(took)
+		median, p90 := took[39], took[71]
+		t.Logf("Redis frozen, 80 concurrent checks (timeout 20ms): median %v, 90th percentile %v, slowest %v", median, p90, took[79])
 		// Each check's deadline is its write time plus 20 ms, whoever
-		// reads; plus scheduling on a loaded machine.
-		if failed > 0 || time.Duration(slowest) > 20*time.Millisecond+300*time.Millisecond {
-			t.Fatalf("Redis frozen, 80 concurrent checks: %d failed, slowest %v; want all to fall back within the 20ms timeout", failed, time.Duration(slowest))
+		// reads the connection it shares with the others: every check
+		// falls back at about 20 ms. Measured on 2 cores shared with other
+		// test runs (16 runs each, compiled and interpreted): median 21.7
+		// to 27.7 ms, 90th percentile 22 to 54 ms, slowest 22 to 152 ms.
+		// The slowest measures the machine's scheduling, not the plugin,
+		// and is not bounded; the median and the 90th percentile are, at
+		// about 3 times their worst excess over the timeout. Caught: a
+		// check given the renewal's cap (10 timeouts) from its write
+		// (median 200 ms), and checks timing out in turn on their shared
+		// connection, each renewed when the one before it gives up (90th
+		// percentile 200 ms). The old bound (slowest within 320 ms)
+		// passed both.
+		if failed > 0 || median > 50*time.Millisecond || p90 > 120*time.Millisecond {
+			t.Fatalf("Redis frozen, 80 concurrent checks: %d failed, median %v, 90th percentile %v; want all to fall back at the 20ms timeout (median at most 50ms, 90th percentile at most 120ms)",
+				failed, median, p90)
 		}
-		t.Logf("Redis frozen: slowest of 80 concurrent checks %v (timeout 20ms)", time.Duration(slowest))
 	})
 }
 

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -151,6 +152,11 @@ func uniqueKey(t *testing.T) string {
 	return fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())
 }
 
+// sortDurations sorts ds in place, shortest first.
+func sortDurations(ds []time.Duration) {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+}
+
 // count tallies status codes.
 func count(codes []int) map[int]int {
 	m := map[int]int{}
@@ -160,15 +166,22 @@ func count(codes []int) map[int]int {
 	return m
 }
 
-func TestOneBudgetAcrossPods(t *testing.T) {
+// TestOneBudgetAcrossInstances: three middleware instances of one class in
+// this test process share one budget in Redis. Interpreted, each instance
+// is a Yaegi interpreter of its own, with its own registry, pool, deny
+// cache and fallback buckets, as separate Traefik processes have;
+// compiled, the three share the process's. Separate processes, real
+// Traefik replicas behind their own entrypoints: TestFleetOneBudget
+// (fleet_test.go).
+func TestOneBudgetAcrossInstances(t *testing.T) {
 	forEachKind(t, func(t *testing.T, e *env) {
 		// 60 per hour refills one token a minute: nothing refills during
 		// the test, so exactly burst requests may pass. failureMode closed
 		// makes any Redis failure visible as a 503 instead of a fallback.
 		o := e.opts("average", 60, "period", "1h", "burst", 20, "failureMode", "closed", "class", "api")
-		var pods []http.Handler
+		var instances []http.Handler
 		for i := 0; i < 3; i++ {
-			pods = append(pods, e.handler(e.pod(), "api@file", o))
+			instances = append(instances, e.handler(e.pod(), "api@file", o))
 		}
 		key := uniqueKey(t)
 		codes := make([]int, 90)
@@ -177,12 +190,12 @@ func TestOneBudgetAcrossPods(t *testing.T) {
 			wg.Add(1)
 			go func(i int) {
 				defer wg.Done()
-				codes[i] = do(pods[i%3], "GET", "/", key).Code
+				codes[i] = do(instances[i%3], "GET", "/", key).Code
 			}(i)
 		}
 		wg.Wait()
 		if c := count(codes); c[200] != 20 || c[429] != 70 {
-			t.Fatalf("90 concurrent requests over 3 pods: %v, want 20 x 200 and 70 x 429", c)
+			t.Fatalf("90 concurrent requests over 3 instances: %v, want 20 x 200 and 70 x 429", c)
 		}
 		// Another key has its own budget.
 		other := uniqueKey(t) + "-other"
@@ -191,7 +204,7 @@ func TestOneBudgetAcrossPods(t *testing.T) {
 			if i == 20 {
 				want = 429
 			}
-			if got := do(pods[i%3], "GET", "/", other).Code; got != want {
+			if got := do(instances[i%3], "GET", "/", other).Code; got != want {
 				t.Fatalf("other key, request %d: status %d, want %d", i, got, want)
 			}
 		}
@@ -317,17 +330,15 @@ func TestScriptFlushAndRestartFailNoRequest(t *testing.T) {
 func TestRedisKilledFallsBackToLocalShare(t *testing.T) {
 	forEachKind(t, func(t *testing.T, e *env) {
 		// 2 replicas: each pod allows 60/2 per hour with burst 10/2 = 5.
-		h := e.handler(e.pod(), "api@file", e.opts("average", 60, "period", "1h", "burst", 10, "replicas", 2, "redis.timeout", "50ms"))
+		h := e.handler(e.pod(), "api@file", e.opts("average", 60, "period", "1h", "burst", 10, "replicas", 2, "redis.timeout", "1s"))
 		e.redis.Kill()
 		key := uniqueKey(t)
 		var codes []int
-		var slowest time.Duration
+		var took []time.Duration
 		for i := 0; i < 20; i++ {
 			start := time.Now()
 			rec := do(h, "GET", "/", key)
-			if d := time.Since(start); d > slowest {
-				slowest = d
-			}
+			took = append(took, time.Since(start))
 			codes = append(codes, rec.Code)
 			if rec.Header().Get("RateLimit") == "" || rec.Header().Get("RateLimit-Policy") == "" {
 				t.Fatalf("request %d in fallback has no RateLimit headers: %v", i, rec.Header())
@@ -336,9 +347,16 @@ func TestRedisKilledFallsBackToLocalShare(t *testing.T) {
 		if c := count(codes); c[200] != 5 || c[429] != 15 {
 			t.Fatalf("runaway key with Redis down: %v, want 5 x 200 (the local share) and 15 x 429", c)
 		}
-		// A refused connection fails at once, far inside the timeout.
-		if slowest > 50*time.Millisecond+250*time.Millisecond {
-			t.Fatalf("slowest request with Redis down took %v, want within the 50ms timeout (+ scheduling)", slowest)
+		sortDurations(took)
+		t.Logf("Redis down, 20 requests (timeout 1s): median %v, slowest %v", took[9], took[19])
+		// A refused connection fails at once, far inside the timeout (1 s
+		// here so that scheduling noise cannot pass for it). Measured on
+		// 2 cores shared with other test runs (16 runs each, compiled and
+		// interpreted): slowest 0.07 to 57 ms, an interpreted first
+		// request 1 to 4 ms. Bounded at 4 times the worst: 250 ms.
+		// Caught: a refused check that waits out its timeout.
+		if slowest := took[len(took)-1]; slowest > 250*time.Millisecond {
+			t.Fatalf("slowest request with Redis down took %v, want far inside the 1s timeout (at most 250ms)", slowest)
 		}
 		if c := do(h, "GET", "/", uniqueKey(t)+"-b").Code; c != 200 {
 			t.Fatalf("another key with Redis down: %d, want 200", c)
@@ -364,21 +382,27 @@ func TestRedisFrozenGivesUpWithinTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer e.redis.Resume()
-		var slowest time.Duration
-		for i := 0; i < 5; i++ {
+		took := make([]time.Duration, 5)
+		for i := range took {
 			start := time.Now()
 			if c := do(h, "GET", "/", key).Code; c != 200 {
 				t.Fatalf("request %d with Redis frozen: %d, want 200 (fail-open)", i, c)
 			}
-			if d := time.Since(start); d > slowest {
-				slowest = d
-			}
+			took[i] = time.Since(start)
 		}
-		// Each check gives up at its 20ms deadline (pooled connection, then
-		// fresh dials); the bound allows for a loaded CI machine, and is
-		// far below an unbounded wait.
-		if slowest < 20*time.Millisecond || slowest > 20*time.Millisecond+300*time.Millisecond {
-			t.Fatalf("slowest request with Redis frozen: %v, want just over the 20ms timeout", slowest)
+		sortDurations(took)
+		t.Logf("Redis frozen, 5 requests (timeout 20ms): %v", took)
+		// Each check gives up at its 20ms deadline (the pooled connection
+		// it shares with the checks before it, whose replies never come;
+		// dials to a frozen Redis hang off the request's clock). Measured
+		// on 2 cores shared with other test runs (11 runs each, compiled
+		// and interpreted): median 21.4 to 34.6 ms; slowest up to 73 ms
+		// in 16 runs (scheduling, not bounded). The median is bounded at about 3
+		// times its worst excess over the timeout: 60 ms. Caught: a check
+		// given the renewal's cap (10 timeouts, 200 ms) from its write;
+		// a check that gives up before its timeout (below 20 ms).
+		if median := took[2]; median < 20*time.Millisecond || median > 60*time.Millisecond {
+			t.Fatalf("Redis frozen, 5 requests: %v; want the median just over the 20ms timeout (at most 60ms)", took)
 		}
 	})
 }
@@ -592,6 +616,7 @@ func TestReloadsKeepConnectionsFlat(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		g0 := goroutinesFloor(time.Second, -1)
 		var h http.Handler
 		for i := 0; i < 200; i++ {
 			h = e.handler(pod, "api@file", e.opts("average", 600+i, "period", "1m", "burst", 100,
@@ -610,50 +635,97 @@ func TestReloadsKeepConnectionsFlat(t *testing.T) {
 		if p := do(h, "GET", "/", "client-last").Header().Get("RateLimit-Policy"); !strings.Contains(p, "q=799;") {
 			t.Fatalf("after the reloads RateLimit-Policy = %q, want the latest limit q=799", p)
 		}
+		// Nor does the process keep more goroutines: every one the plugin
+		// starts ends by itself (dials, the heartbeat batch). The floor
+		// over up to 5 s is compared (a dial or a heartbeat may be running
+		// at any one look). Measured (3 runs, compiled and interpreted): 3
+		// before, 3 after, the floor over 5 s. Caught: a goroutine started
+		// in New that never ends (200 more).
+		g1 := goroutinesFloor(5*time.Second, g0+reloadSlack)
+		t.Logf("goroutines: %d before 200 reloads, %d after", g0, g1)
+		if g1 > g0+reloadSlack {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("goroutines: %d before 200 reloads, at least %d for 5 s after, want at most %d more:\n%s",
+				g0, g1, reloadSlack, buf[:runtime.Stack(buf, true)])
+		}
 	})
+}
+
+// reloadSlack is how many more goroutines than before the test process
+// may run after TestReloadsKeepConnectionsFlat's reloads.
+const reloadSlack = 2
+
+// goroutinesFloor samples the process's goroutines every 10 ms for d and
+// returns the fewest seen, early once a sample is at most stopAt.
+func goroutinesFloor(d time.Duration, stopAt int) int {
+	floor := runtime.NumGoroutine()
+	for end := time.Now().Add(d); floor > stopAt && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+		if g := runtime.NumGoroutine(); g < floor {
+			floor = g
+		}
+	}
+	return floor
 }
 
 func TestHeartbeatCountsPods(t *testing.T) {
 	forEachKind(t, func(t *testing.T, e *env) {
-		// Each yaegi pod is an interpreter of its own, hence a pod of its
-		// own; compiled handlers share the test process: one pod.
-		pods := make([]http.Handler, 3)
+		// Three pods serve a class; one stops; within 3 heartbeats the
+		// others count 2, and a pod's fallback then admits burst/2. Each
+		// yaegi pod is an interpreter of its own, hence a pod of its own.
+		// Compiled handlers share the test process, hence one pod: the
+		// other two are stand-ins that the test registers as another
+		// process would (ZADD at Redis's TIME, in ms), and the third
+		// stops by no longer registering. Either way the drop-out is the
+		// plugin's: its heartbeat removes members silent for 3 heartbeats
+		// and takes the count it divides by. Caught: members never
+		// dropped (the count stays 3, the share 20).
+		const n = 3
+		pods := make([]http.Handler, n)
 		for i := range pods {
 			pods[i] = e.handler(e.pod(), "api@file", e.opts("class", "hb", "average", 600, "period", "1m", "burst", 60,
 				"redis.heartbeat", "200ms", "redis.timeout", "50ms"))
 		}
-		all, rest := int64(3), int64(2)
-		if e.kind == "compiled" {
-			all, rest = 1, 1
+		beat := func(member string) {
+			if _, err := e.redis.Do("EVAL", `local t = redis.call('TIME')
+return redis.call('ZADD', KEYS[1], t[1] * 1000 + math.floor(t[2] / 1000), ARGV[1])`, 1, "tg{hb:hb}", member); err != nil {
+				t.Fatal(err)
+			}
 		}
-		serveFor := func(hs []http.Handler, d time.Duration) {
+		// serveFor runs the first k pods for d: each serves traffic (a
+		// compiled stand-in beats instead).
+		serveFor := func(k int, d time.Duration) {
 			for i, end := 0, time.Now().Add(d); time.Now().Before(end); i++ {
-				for _, h := range hs {
-					do(h, "GET", "/", fmt.Sprintf("client-%d", i))
+				for p := 0; p < k; p++ {
+					if e.kind == "compiled" && p > 0 {
+						beat(fmt.Sprintf("stand-in-%d", p))
+						continue
+					}
+					do(pods[p], "GET", "/", fmt.Sprintf("client-%d", i))
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
 		}
-		serveFor(pods, 700*time.Millisecond)
-		if n, err := redisInt(e.redis.Do("ZCARD", "tg{hb:hb}")); err != nil || n != all {
-			t.Fatalf("pods registered: %d (%v), want %d", n, err, all)
+		serveFor(n, 700*time.Millisecond)
+		if got, err := redisInt(e.redis.Do("ZCARD", "tg{hb:hb}")); err != nil || got != n {
+			t.Fatalf("pods registered: %d (%v), want %d", got, err, n)
 		}
 		// The third pod stops; within 3 heartbeats (600 ms) the others
 		// count 2.
-		serveFor(pods[:2], 1300*time.Millisecond)
-		if n, err := redisInt(e.redis.Do("ZCARD", "tg{hb:hb}")); err != nil || n != rest {
-			t.Fatalf("pods registered after one stopped: %d (%v), want %d", n, err, rest)
+		serveFor(n-1, 1300*time.Millisecond)
+		if got, err := redisInt(e.redis.Do("ZCARD", "tg{hb:hb}")); err != nil || got != n-1 {
+			t.Fatalf("pods registered after one stopped: %d (%v), want %d", got, err, n-1)
 		}
 		// What the pods saw is what their fallback divides by: a fresh key
-		// gets burst/rest on a pod once Redis is gone.
+		// gets burst/2 on a pod once Redis is gone.
 		e.redis.Kill()
 		var codes []int
 		runaway := uniqueKey(t)
 		for i := 0; i < 60; i++ {
 			codes = append(codes, do(pods[0], "GET", "/", runaway).Code)
 		}
-		if c := count(codes); int64(c[200]) != 60/rest {
-			t.Fatalf("local share with Redis down: %v, want %d admitted (burst 60 / %d pods)", c, 60/rest, rest)
+		if c := count(codes); c[200] != 60/(n-1) {
+			t.Fatalf("local share with Redis down: %v, want %d admitted (burst 60 / %d pods)", c, 60/(n-1), n-1)
 		}
 	})
 }
