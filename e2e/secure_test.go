@@ -25,10 +25,10 @@ import (
 
 func TestAuthUserPasswordFileAndDatabase(t *testing.T) {
 	forEachKind(t, func(t *testing.T, e *env) {
-		// The minimal ACL the README documents, plus SELECT for db 3.
-		if _, err := e.redis.Do("ACL", "SETUSER", "limiter", "on", ">s3cret", "~tg{*", "resetchannels", "-@all",
-			"+evalsha", "+eval", "+script|load", "+get", "+set", "+time", "+client|setname",
-			"+zadd", "+zremrangebyscore", "+pexpire", "+zcard", "+select"); err != nil {
+		// The smallest ACL the README documents, read from README.md, plus
+		// SELECT for db 3 as it says.
+		user, acl := readmeACL(t, "s3cret")
+		if _, err := e.redis.Do("ACL", append(append([]interface{}{"SETUSER"}, acl...), "+select")...); err != nil {
 			t.Fatal(err)
 		}
 		secret := filepath.Join(t.TempDir(), "password")
@@ -36,7 +36,7 @@ func TestAuthUserPasswordFileAndDatabase(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := e.opts("average", 60, "period", "1m", "burst", 5, "failureMode", "closed",
-			"redis.username", "limiter", "redis.passwordFile", secret, "redis.db", 3)
+			"redis.username", user, "redis.passwordFile", secret, "redis.db", 3)
 		h := e.handler(e.pod(), "api@file", o)
 		key := uniqueKey(t)
 		for i := 0; i < 2; i++ {
@@ -48,8 +48,8 @@ func TestAuthUserPasswordFileAndDatabase(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(clients, "name=tollgate") || !regexpMatch(`name=tollgate .*db=3 .*user=limiter`, clients) {
-			t.Fatalf("CLIENT LIST has no tollgate connection as user limiter on db 3:\n%s", clients)
+		if !strings.Contains(clients, "name=tollgate") || !regexpMatch(`name=tollgate .*db=3 .*user=`+regexp.QuoteMeta(user)+` `, clients) {
+			t.Fatalf("CLIENT LIST has no tollgate connection as user %s on db 3:\n%s", user, clients)
 		}
 		// The bucket and the pods' heartbeat set, in db 3; the ACL refused
 		// nothing (ACL LOG).
@@ -67,7 +67,7 @@ func TestAuthUserPasswordFileAndDatabase(t *testing.T) {
 		}
 		// A wrong password is a failure like any other: 503 when closed.
 		o = e.opts("average", 60, "period", "1m", "burst", 5, "failureMode", "closed",
-			"redis.username", "limiter", "redis.password", "wrong")
+			"redis.username", user, "redis.password", "wrong")
 		if rec := do(e.handler(e.pod(), "bad@file", o), "GET", "/", key); rec.Code != 503 {
 			t.Fatalf("wrong password: %d, want 503", rec.Code)
 		}
@@ -110,11 +110,19 @@ func TestTLSWithClientCertificates(t *testing.T) {
 	}
 }
 
-// pki is a CA with a server certificate for 127.0.0.1 and a client one.
+// pki is a CA with a server certificate for 127.0.0.1 and a client one;
+// issue makes more certificates signed by the same CA.
 type pki struct {
 	ca, serverCert, serverKey, clientCert, clientKey string
+
+	dir    string
+	caCert *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	serial int64
 }
 
+// newPKI makes a CA and its first two certificates, with their files in
+// dir (one PKI per directory).
 func newPKI(t *testing.T, dir string) *pki {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -131,35 +139,44 @@ func newPKI(t *testing.T, dir string) *pki {
 		t.Fatal(err)
 	}
 	caCert, _ := x509.ParseCertificate(caDER)
-	p := &pki{ca: filepath.Join(dir, "ca.pem")}
+	p := &pki{ca: filepath.Join(dir, "ca.pem"), dir: dir, caCert: caCert, caKey: caKey, serial: 1}
 	writePEM(t, p.ca, "CERTIFICATE", caDER)
-	leaf := func(name string, serial int64, usage x509.ExtKeyUsage) (string, string) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		certPath, keyPath := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-		writePEM(t, certPath, "CERTIFICATE", der)
-		writePEM(t, keyPath, "EC PRIVATE KEY", keyDER)
-		return certPath, keyPath
-	}
-	p.serverCert, p.serverKey = leaf("server", 2, x509.ExtKeyUsageServerAuth)
-	p.clientCert, p.clientKey = leaf("client", 3, x509.ExtKeyUsageClientAuth)
+	p.serverCert, p.serverKey = p.issue(t, "server", x509.ExtKeyUsageServerAuth, []string{"127.0.0.1"})
+	p.clientCert, p.clientKey = p.issue(t, "client", x509.ExtKeyUsageClientAuth, []string{"127.0.0.1"})
 	return p
+}
+
+// issue makes a certificate signed by the CA, valid for exactly the IP
+// addresses ips and the DNS names dnsNames, and returns the paths of its
+// certificate and key (name.pem, name-key.pem in the PKI's directory).
+func (p *pki) issue(t *testing.T, name string, usage x509.ExtKeyUsage, ips []string, dnsNames ...string) (certPath, keyPath string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		DNSNames: dnsNames,
+	}
+	for _, ip := range ips {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPath, keyPath = filepath.Join(p.dir, name+".pem"), filepath.Join(p.dir, name+"-key.pem")
+	writePEM(t, certPath, "CERTIFICATE", der)
+	writePEM(t, keyPath, "EC PRIVATE KEY", keyDER)
+	return certPath, keyPath
 }
 
 func writePEM(t *testing.T, path, typ string, der []byte) {
