@@ -16,8 +16,9 @@ import (
 
 // Header modes.
 const (
-	headersIETF   = 1
-	headersLegacy = 2
+	headersIETF    = 1
+	headersLegacy  = 2
+	headersDraft07 = 4 // the RateLimit headers' draft 07 form (one policy)
 )
 
 // policy is one compiled bucket shape with its name and failure mode.
@@ -35,6 +36,7 @@ type policy struct {
 	// rule matching; the top-level policy matches everything
 	pathPrefix string
 	methods    []string
+	source     *sourceCriterion // a rule's own client identity; nil: the top level's
 }
 
 // settings is a validated, compiled Config.
@@ -44,6 +46,15 @@ type settings struct {
 	byHeader  bool    // clients keyed by a header (source.header), not sharded: decide's common case
 	top       *policy // nil when Average is 0
 	rules     []*policy
+	// Plans (Config.Plans): plans[i] replaces top for the clients of plan
+	// i (nil: unlimited), named by planHeader's value (planIndex); a
+	// request without a known plan has defaultPlan (-1: top).
+	plans       []*policy
+	planIndex   map[string]int
+	planHeader  string
+	defaultPlan int
+	exempt      []*net.IPNet // ExemptSourceRange
+	ownKeys     bool         // some rule keys its clients its own way (policy.source)
 	source    sourceCriterion
 	headers   int
 	decision  string // DecisionHeader, canonical; "" when off
@@ -318,13 +329,24 @@ func compile(cfg *Config, name string) (*settings, error) {
 		if p.shadow, err = shadowMode(field+".shadow", r.Shadow, cfg.Shadow); err != nil {
 			return nil, err
 		}
+		if r.SourceCriterion != nil {
+			src, err := compileSource(r.SourceCriterion)
+			if err != nil {
+				return nil, fmt.Errorf("%s.%w", field, err)
+			}
+			p.source = &src
+			s.ownKeys = true
+		}
 		p.name = r.Name
 		p.keySuffix = ":" + r.Name
 		p.pathPrefix = r.PathPrefix
 		p.methods = compileMethods(r.Methods)
 		s.rules = append(s.rules, p)
 	}
-	for _, p := range append(s.rules, s.top) {
+	if err := compilePlans(cfg, s, period, topClosed, seen); err != nil {
+		return nil, err
+	}
+	for _, p := range append(append(s.rules, s.top), s.plans...) {
 		if p == nil {
 			continue
 		}
@@ -332,10 +354,13 @@ func compile(cfg *Config, name string) (*settings, error) {
 			return nil, err
 		}
 	}
+	if s.exempt, err = parseCIDRs("exemptSourceRange", cfg.ExemptSourceRange); err != nil {
+		return nil, err
+	}
 	if len(s.rules) > maxRules {
 		return nil, fmt.Errorf("rules: %d rules, at most %d are allowed", len(s.rules), maxRules)
 	}
-	s.disabled = s.top == nil && len(s.rules) == 0
+	s.disabled = s.top == nil && len(s.rules) == 0 && len(s.plans) == 0
 
 	switch strings.ToLower(strings.TrimSpace(cfg.Headers)) {
 	case "", "ietf":
@@ -344,10 +369,12 @@ func compile(cfg *Config, name string) (*settings, error) {
 		s.headers = headersLegacy
 	case "both":
 		s.headers = headersIETF | headersLegacy
+	case "draft07":
+		s.headers = headersDraft07
 	case "none":
 		s.headers = 0
 	default:
-		return nil, fmt.Errorf("headers: %q is not ietf, legacy, both or none", cfg.Headers)
+		return nil, fmt.Errorf("headers: %q is not ietf, legacy, both, draft07 or none", cfg.Headers)
 	}
 	if h := strings.TrimSpace(cfg.DecisionHeader); h != "" {
 		if !validHeaderName(h) {
@@ -361,11 +388,92 @@ func compile(cfg *Config, name string) (*settings, error) {
 	if s.source, err = compileSource(cfg.SourceCriterion); err != nil {
 		return nil, err
 	}
+	if s.planHeader != "" && s.planHeader == s.source.header {
+		return nil, fmt.Errorf("planHeader: %q is also the client key's header (sourceCriterion.requestHeaderName)", cfg.PlanHeader)
+	}
 	s.byHeader = s.source.header != "" && s.shards <= 1
 	if s.redis, err = compileRedis(&cfg.Redis); err != nil {
 		return nil, err
 	}
+	if s.ownKeys && s.redis.mode == modeCluster {
+		for i, r := range cfg.Rules {
+			if r.SourceCriterion != nil {
+				return nil, fmt.Errorf("rules[%d].sourceCriterion: not with redis.mode cluster: a rule keyed its own way has its buckets on other slots than the top level's, and one request's buckets are charged in one script", i)
+			}
+		}
+	}
 	return s, nil
+}
+
+// maxPlans bounds Plans.
+const maxPlans = 64
+
+// compilePlans compiles cfg's plans into s (see settings.plans); names
+// holds the rules' names, which a plan may not take.
+func compilePlans(cfg *Config, s *settings, period string, topClosed bool, names map[string]bool) error {
+	s.defaultPlan = -1
+	if len(cfg.Plans) == 0 {
+		switch {
+		case strings.TrimSpace(cfg.PlanHeader) != "":
+			return errors.New("planHeader: set, but there are no plans")
+		case strings.TrimSpace(cfg.DefaultPlan) != "":
+			return errors.New("defaultPlan: set, but there are no plans")
+		}
+		return nil
+	}
+	h := strings.TrimSpace(cfg.PlanHeader)
+	if h == "" {
+		return errors.New("plans: set, but planHeader is not: name the header your authentication layer sets")
+	}
+	if !validHeaderName(h) {
+		return fmt.Errorf("planHeader: %q is not a header name", cfg.PlanHeader)
+	}
+	s.planHeader = http.CanonicalHeaderKey(h)
+	if len(cfg.Plans) > maxPlans {
+		return fmt.Errorf("plans: %d plans, at most %d are allowed", len(cfg.Plans), maxPlans)
+	}
+	s.planIndex = make(map[string]int)
+	for i, pl := range cfg.Plans {
+		field := fmt.Sprintf("plans[%d]", i)
+		if err := checkName(field+".name", pl.Name); err != nil {
+			return err
+		}
+		if _, dup := s.planIndex[pl.Name]; dup || names[pl.Name] || pl.Name == s.class {
+			return fmt.Errorf("%s.name: %q is used twice (plans, rules and the class %q share one namespace)", field, pl.Name, s.class)
+		}
+		s.planIndex[pl.Name] = i
+		if pl.Unlimited {
+			if pl.Average != 0 {
+				return fmt.Errorf("%s: unlimited, but average is %d: set one", field, pl.Average)
+			}
+			var unlimited *policy // (Yaegi: append of an untyped nil panics)
+			s.plans = append(s.plans, unlimited)
+			continue
+		}
+		pp := pl.Period
+		if strings.TrimSpace(pp) == "" {
+			pp = period
+		}
+		p, err := compileLimit(field+".", pl.Average, pp, pl.Burst, orDefault(pl.Cost, orDefault(cfg.Cost, defaultCost)))
+		if err != nil {
+			return err
+		}
+		if p.failClosed, err = failureMode(field+".failureMode", pl.FailureMode, topClosed); err != nil {
+			return err
+		}
+		p.name = pl.Name
+		p.keySuffix = ":" + pl.Name
+		p.shadow = cfg.Shadow
+		s.plans = append(s.plans, p)
+	}
+	if d := strings.TrimSpace(cfg.DefaultPlan); d != "" {
+		i, ok := s.planIndex[d]
+		if !ok {
+			return fmt.Errorf("defaultPlan: %q is not one of the plans", cfg.DefaultPlan)
+		}
+		s.defaultPlan = i
+	}
+	return nil
 }
 
 // compileMethods upper-cases a rule's methods (requests are matched

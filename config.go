@@ -43,6 +43,24 @@ type Config struct {
 	// Rules add buckets for matching requests; every matching rule is charged
 	// together with the top-level limit, all or nothing. Default none.
 	Rules []Rule `json:"rules,omitempty" yaml:"rules,omitempty" toml:"rules,omitempty"`
+	// PlanHeader names the request header that carries the client's plan
+	// (Plans). Set it from the authentication layer (forwardAuth's
+	// authResponseHeaders), which replaces what the client sent; never
+	// trust a client's own. Default "": no plans.
+	PlanHeader string `json:"planHeader,omitempty" yaml:"planHeader,omitempty" toml:"planHeader,omitempty"`
+	// DefaultPlan is the plan of a request whose PlanHeader is missing or
+	// names no plan. Default "": the top-level limit (Average) applies.
+	DefaultPlan string `json:"defaultPlan,omitempty" yaml:"defaultPlan,omitempty" toml:"defaultPlan,omitempty"`
+	// Plans replace the top-level limit for the clients whose PlanHeader
+	// names them; rules still apply. Each plan is a policy of its own (its
+	// name in the RateLimit headers and the metrics) with a bucket of its
+	// own per client. At most 64.
+	Plans []Plan `json:"plans,omitempty" yaml:"plans,omitempty" toml:"plans,omitempty"`
+	// ExemptSourceRange lists client IPs and CIDRs never limited: their
+	// requests pass untouched (no Redis call, no RateLimit headers). The
+	// client IP is the top level's sourceCriterion.ipStrategy's (or the
+	// connection's address). Default none.
+	ExemptSourceRange []string `json:"exemptSourceRange,omitempty" yaml:"exemptSourceRange,omitempty" toml:"exemptSourceRange,omitempty"`
 	// FailureMode says what the top-level limit does while Redis is
 	// unavailable: "open" (the local fallback bucket decides) or "closed"
 	// (503). Rules default to it. Default "open".
@@ -108,6 +126,23 @@ type IPStrategy struct {
 	IPv6Subnet int64 `json:"ipv6Subnet,omitempty" yaml:"ipv6Subnet,omitempty" toml:"ipv6Subnet,omitempty"`
 }
 
+// Plan is a client's tier (Config.Plans): a top-level limit of its own.
+type Plan struct {
+	// Name names the plan: the PlanHeader value that selects it, its
+	// policy's name. Required, unique among plans, rules and the class.
+	Name string `json:"name,omitempty" yaml:"name,omitempty" toml:"name,omitempty"`
+	// Average, Period, Burst, Cost and FailureMode as at the top level
+	// (Period, Cost and FailureMode default to the top level's).
+	Average     int64  `json:"average,omitempty" yaml:"average,omitempty" toml:"average,omitempty"`
+	Period      string `json:"period,omitempty" yaml:"period,omitempty" toml:"period,omitempty"`
+	Burst       int64  `json:"burst,omitempty" yaml:"burst,omitempty" toml:"burst,omitempty"`
+	Cost        int64  `json:"cost,omitempty" yaml:"cost,omitempty" toml:"cost,omitempty"`
+	FailureMode string `json:"failureMode,omitempty" yaml:"failureMode,omitempty" toml:"failureMode,omitempty"`
+	// Unlimited: the plan's clients pass the top-level limit (no bucket,
+	// no RateLimit headers of it); rules still apply.
+	Unlimited bool `json:"unlimited,omitempty" yaml:"unlimited,omitempty" toml:"unlimited,omitempty"`
+}
+
 // Rule is an extra bucket charged for the requests it matches.
 type Rule struct {
 	// Name names the policy (headers, bucket key); required, unique.
@@ -126,6 +161,11 @@ type Rule struct {
 	Cost int64 `json:"cost,omitempty" yaml:"cost,omitempty" toml:"cost,omitempty"`
 	// FailureMode "open" or "closed"; "" means the top-level FailureMode.
 	FailureMode string `json:"failureMode,omitempty" yaml:"failureMode,omitempty" toml:"failureMode,omitempty"`
+	// SourceCriterion keys this rule's clients its own way (e.g. a login
+	// limit by IP while the top level keys by API key, so that fresh API
+	// keys gain nothing). Default: the top level's. Not in cluster mode
+	// (the rule's keys would live on other slots than the top level's).
+	SourceCriterion *SourceCriterion `json:"sourceCriterion,omitempty" yaml:"sourceCriterion,omitempty" toml:"sourceCriterion,omitempty"`
 	// Shadow: see Config.Shadow; "" means the top level's. A string so
 	// that a rule can turn off the top level's shadow ("false").
 	Shadow string `json:"shadow,omitempty" yaml:"shadow,omitempty" toml:"shadow,omitempty"`

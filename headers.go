@@ -61,18 +61,29 @@ func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
 		}
 		h.Set("RateLimit", strings.Join(items, ", "))
 	}
-	if mode&headersLegacy != 0 {
-		// The legacy trio describes one policy: the one with the fewest
-		// tokens left (on a refusal, the longest wait).
-		j := 0
-		for i := 1; i < len(set.ps); i++ {
-			if d[2+3*i] > d[2+3*j] || (d[2+3*i] == d[2+3*j] && d[1+3*i] < d[1+3*j]) {
-				j = i
-			}
+	if mode&(headersLegacy|headersDraft07) == 0 {
+		return
+	}
+	// The legacy trio and the draft 07 form describe one policy: the one
+	// with the fewest tokens left (on a refusal, the longest wait).
+	j := 0
+	for i := 1; i < len(set.ps); i++ {
+		if d[2+3*i] > d[2+3*j] || (d[2+3*i] == d[2+3*j] && d[1+3*i] < d[1+3*j]) {
+			j = i
 		}
-		h.Set("X-RateLimit-Limit", strconv.FormatInt(set.ps[j].average, 10))
-		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d[1+3*j], 10))
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(ceilSecs(d[3+3*j]), 10))
+	}
+	limit := strconv.FormatInt(set.ps[j].average, 10)
+	remaining := strconv.FormatInt(d[1+3*j], 10)
+	reset := strconv.FormatInt(ceilSecs(d[3+3*j]), 10)
+	if mode&headersLegacy != 0 {
+		h.Set("X-RateLimit-Limit", limit)
+		h.Set("X-RateLimit-Remaining", remaining)
+		h.Set("X-RateLimit-Reset", reset)
+	}
+	if mode&headersDraft07 != 0 {
+		p := set.ps[j]
+		h.Set("RateLimit-Policy", limit+";w="+strconv.FormatInt(p.periodSecs, 10)+";burst="+strconv.FormatInt(int64(p.lim.burst), 10))
+		h.Set("RateLimit", "limit="+limit+", remaining="+remaining+", reset="+reset)
 	}
 }
 

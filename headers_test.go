@@ -75,6 +75,10 @@ func TestHeadersGolden(t *testing.T) {
 			d: []int64{1, 17, 0, 1800, 4, 0, 12000}},
 		{desc: "refused by login, both", file: "refused-both.txt", mode: headersIETF | headersLegacy,
 			d: []int64{0, 16, 0, 2400, 0, 11001, 60000}},
+		{desc: "allowed, draft 07", file: "allowed-draft07.txt", mode: headersDraft07, allowed: true,
+			d: []int64{1, 17, 0, 1800, 4, 0, 12000}},
+		{desc: "refused by login, draft 07", file: "refused-draft07.txt", mode: headersDraft07,
+			d: []int64{0, 16, 0, 2400, 0, 11001, 60000}},
 		{desc: "refused, no headers", file: "refused-none.txt", mode: 0,
 			d: []int64{0, 0, 400, 12000, 3, 0, 24000}},
 	} {

@@ -65,6 +65,13 @@ type policySet struct {
 	failClosed   bool       // some policy fails closed
 	denied       *denyCache // Redis's refusals still in force, by client key
 
+	// Rules keyed their own way (policy.source): ownKeys when some policy
+	// is; a call's keys are then written as one string, each policy's key
+	// joined to the next by joints[i] (its suffix and the next's length),
+	// and cmd has no mid (decideOwn).
+	ownKeys bool
+	joints  []string
+
 	// Shadow policies (Config.Shadow): shadow when some policy is one;
 	// enforce is the set of the others (nil when none), charged on their
 	// own when a request is refused by shadow policies alone.
@@ -115,7 +122,7 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 		t.hb = t.be.heartbeatFor(set.class, t.be.now())
 	}
 	now := shared.now()
-	for _, p := range append(set.rules, set.top) {
+	for _, p := range append(append(set.rules, set.top), set.plans...) {
 		if p != nil {
 			p.m = shared.metrics.policy(set.class, p.name, now)
 		}
@@ -123,7 +130,7 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	shared.metrics.class(set.class, t.hb, set.replicas, now)
 	if set.top != nil {
 		t.top = withHeaders(newPolicySet([]*policy{set.top}, set.keyLen), set.headers)
-		t.plain = len(set.rules) == 0 && t.top.plain
+		t.plain = len(set.rules) == 0 && t.top.plain && set.plans == nil && set.exempt == nil
 	}
 	return t, nil
 }
@@ -143,6 +150,17 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 		}
 	}
 	s.cmd = newCommand(ps, keyLen)
+	for _, p := range ps {
+		s.ownKeys = s.ownKeys || p.source != nil
+	}
+	if s.ownKeys {
+		for _, m := range s.cmd.mid {
+			s.joints = append(s.joints, string(m))
+		}
+		one := *s.cmd
+		one.mid = nil
+		s.cmd = &one
+	}
 	m := ps[0].m
 	s.admitted = [2]*int64{&m.n[decidedRedis*nResults+resultAllowed], &m.n[decidedLocal*nResults+resultAllowed]}
 	s.nearBelow = (int64(ps[0].lim.burst) + 4) / 5
@@ -182,7 +200,9 @@ func (s *policySet) shareLocals(n int64) {
 	s.localsN = n
 }
 
-// policiesFor returns the policy set that applies to req, or nil.
+// policiesFor returns the policy set that applies to req, or nil: the
+// top level's (or the request's plan's) and every rule that matches. Sets
+// are prepared once per combination (the rules' bits, the plan above them).
 func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 	var mask, bit uint64 = 0, 1
 	for _, r := range t.set.rules {
@@ -190,6 +210,13 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 			mask |= bit
 		}
 		bit <<= 1
+	}
+	top := t.set.top
+	if t.set.plans != nil {
+		if pi := t.set.planOf(req); pi >= 0 {
+			top = t.set.plans[pi] // nil: unlimited
+			mask |= uint64(pi+1) << maxRules
+		}
 	}
 	if mask == 0 {
 		return t.top
@@ -200,8 +227,8 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 		return s
 	}
 	var ps []*policy
-	if t.set.top != nil {
-		ps = append(ps, t.set.top)
+	if top != nil {
+		ps = append(ps, top)
 	}
 	bit = 1
 	for _, r := range t.set.rules {
@@ -209,6 +236,10 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 			ps = append(ps, r)
 		}
 		bit <<= 1
+	}
+	if len(ps) == 0 { // an unlimited plan, no rule
+		t.sets[mask] = nil
+		return nil
 	}
 	s := withHeaders(newPolicySet(ps, t.set.keyLen), t.set.headers)
 	t.sets[mask] = s
@@ -271,8 +302,12 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 // depends on the request), no top-level limit, several policies or headers
 // other than IETF alone.
 func (t *Tollgate) serveAny(rw http.ResponseWriter, req *http.Request) {
+	if t.set.exempt != nil && t.set.source.exempt(req, t.set.exempt) {
+		t.next.ServeHTTP(rw, req) // exemptSourceRange: untouched
+		return
+	}
 	set := t.top
-	if len(t.set.rules) > 0 {
+	if len(t.set.rules) > 0 || t.set.plans != nil {
 		set = t.policiesFor(req)
 	}
 	if set == nil {
@@ -280,6 +315,10 @@ func (t *Tollgate) serveAny(rw http.ResponseWriter, req *http.Request) {
 		return
 	}
 	d := make([]int64, set.decisionLen)
+	if set.ownKeys {
+		t.answer(rw, req, set, d, decideOwn(t, set, req, d))
+		return
+	}
 	t.answer(rw, req, set, d, decide(t, set, req, d))
 }
 
@@ -417,12 +456,18 @@ func fallback(t *Tollgate, set *policySet, key string, d []int64) int {
 	if set.failClosed {
 		return decidedUnavailable // counted as a 503 by refuseUnavailable
 	}
-	atomic.AddInt64(&t.be.fallbacks, 1)
-	n := replicasSeen(t.hb, t.set.replicas, int64(time.Since(processStart))+monoOrigin)
 	keys := []string{key + set.ps[0].keySuffix}
 	if len(set.ps) > 1 {
 		keys = set.localKeys(key)
 	}
+	return takeLocal(t, set, keys, d)
+}
+
+// takeLocal is the fallback's take: the local buckets of keys, one per
+// policy of set, with the limits shared by the pods seen.
+func takeLocal(t *Tollgate, set *policySet, keys []string, d []int64) int {
+	atomic.AddInt64(&t.be.fallbacks, 1)
+	n := replicasSeen(t.hb, t.set.replicas, int64(time.Since(processStart))+monoOrigin)
 	set.localsMu.Lock()
 	if set.localsN != n || set.locals == nil {
 		set.shareLocals(n)

@@ -44,9 +44,12 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 	if set.enforce != nil {
 		e := make([]int64, set.enforce.decisionLen)
 		var ehow int
-		if how == decidedLocal || how == decidedUnavailable {
-			ehow = fallback(t, set.enforce, clientKey(t.set.class, t.set.source.identity(req)), e)
-		} else {
+		switch {
+		case how == decidedLocal || how == decidedUnavailable:
+			ehow = fallbackFor(t, set.enforce, req, e)
+		case set.enforce.ownKeys:
+			ehow = decideOwn(t, set.enforce, req, e)
+		default:
 			ehow = decide(t, set.enforce, req, e)
 		}
 		if ehow == decidedUnavailable || e[0] != 1 {

@@ -50,25 +50,9 @@ func compileSource(c *SourceCriterion) (sourceCriterion, error) {
 			return s, fmt.Errorf("sourceCriterion.ipStrategy.depth: %d is negative", ip.Depth)
 		}
 		s.depth = int(ip.Depth)
-		for i, e := range ip.ExcludedIPs {
-			e = strings.TrimSpace(e)
-			if e == "" {
-				continue
-			}
-			if !strings.Contains(e, "/") {
-				if parsed := net.ParseIP(e); parsed != nil {
-					if parsed.To4() != nil {
-						e += "/32"
-					} else {
-						e += "/128"
-					}
-				}
-			}
-			_, cidr, err := net.ParseCIDR(e)
-			if err != nil {
-				return s, fmt.Errorf("sourceCriterion.ipStrategy.excludedIPs[%d]: %q is not an IP or CIDR", i, e)
-			}
-			s.excluded = append(s.excluded, cidr)
+		var err error
+		if s.excluded, err = parseCIDRs("sourceCriterion.ipStrategy.excludedIPs", ip.ExcludedIPs); err != nil {
+			return s, err
 		}
 		if ip.IPv6Subnet < 0 || ip.IPv6Subnet > 128 {
 			return s, fmt.Errorf("sourceCriterion.ipStrategy.ipv6Subnet: %d is not between 0 and 128", ip.IPv6Subnet)
@@ -78,6 +62,33 @@ func compileSource(c *SourceCriterion) (sourceCriterion, error) {
 		}
 	}
 	return s, nil
+}
+
+// parseCIDRs parses a list of IPs and CIDRs (field names it in errors); an
+// IP alone is its /32 or /128.
+func parseCIDRs(field string, list []string) ([]*net.IPNet, error) {
+	var out []*net.IPNet
+	for i, e := range list {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		if !strings.Contains(e, "/") {
+			if parsed := net.ParseIP(e); parsed != nil {
+				if parsed.To4() != nil {
+					e += "/32"
+				} else {
+					e += "/128"
+				}
+			}
+		}
+		_, cidr, err := net.ParseCIDR(e)
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d]: %q is not an IP or CIDR", field, i, e)
+		}
+		out = append(out, cidr)
+	}
+	return out, nil
 }
 
 // identity returns the request's client identity, typed by its kind so that
@@ -105,6 +116,19 @@ func (s *sourceCriterion) identity(req *http.Request) string {
 // address excluded) the connection's address is used, so a client can
 // never empty its own key.
 func (s *sourceCriterion) clientIP(req *http.Request) string {
+	ip, addr := s.clientAddr(req)
+	if ip == nil {
+		return addr // not an IP (a Unix socket): as it is
+	}
+	if ip.To4() == nil && s.ipv6Subnet < 128 {
+		ip = ip.Mask(net.CIDRMask(s.ipv6Subnet, 128))
+	}
+	return ip.String()
+}
+
+// clientAddr is the client IP by the strategy (see clientIP), whole; nil
+// with the connection's address when that is no IP.
+func (s *sourceCriterion) clientAddr(req *http.Request) (net.IP, string) {
 	var ip net.IP
 	if s.depth > 0 || len(s.excluded) > 0 {
 		xff := strings.Split(strings.Join(req.Header.Values("X-Forwarded-For"), ","), ",")
@@ -126,14 +150,24 @@ func (s *sourceCriterion) clientIP(req *http.Request) string {
 		if host, _, err := net.SplitHostPort(addr); err == nil {
 			addr = host
 		}
-		if ip = net.ParseIP(addr); ip == nil {
-			return addr // not an IP (a Unix socket): as it is
+		return net.ParseIP(addr), addr
+	}
+	return ip, ""
+}
+
+// exempt reports whether req's client IP (by the strategy) is in one of
+// ranges.
+func (s *sourceCriterion) exempt(req *http.Request, ranges []*net.IPNet) bool {
+	ip, _ := s.clientAddr(req)
+	if ip == nil {
+		return false
+	}
+	for _, n := range ranges {
+		if n.Contains(ip) {
+			return true
 		}
 	}
-	if ip.To4() == nil && s.ipv6Subnet < 128 {
-		ip = ip.Mask(net.CIDRMask(s.ipv6Subnet, 128))
-	}
-	return ip.String()
+	return false
 }
 
 func (s *sourceCriterion) isExcluded(ip net.IP) bool {
@@ -147,6 +181,9 @@ func (s *sourceCriterion) isExcluded(ip net.IP) bool {
 
 // keyPrefix starts every Tollgate key (an ACL can be scoped to tg{*).
 const keyPrefix = "tg{"
+
+// clientKeyLen is the length of clientKey's keys (unsharded).
+const clientKeyLen = len(keyPrefix) + 10 + 1
 
 // clientKey returns the Redis key of a client's top-level bucket in a class:
 // tg{tag}, where tag is the first 60 bits of SHA-256 over class and

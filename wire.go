@@ -716,12 +716,17 @@ func bulk(b []byte, s string) []byte {
 }
 
 // newCommand prepares the script call for policies ps, whose keys are a
-// client key (fixed length keyLen) plus each policy's keySuffix.
+// client key (fixed length keyLen; clientKeyLen for a rule keyed its own
+// way, never sharded) plus each policy's keySuffix.
 func newCommand(ps []*policy, keyLen int) *command {
 	n := len(ps)
 	keyHead := func(p *policy) []byte {
+		kl := keyLen
+		if p.source != nil {
+			kl = clientKeyLen
+		}
 		h := []byte("$")
-		h = strconv.AppendInt(h, int64(keyLen+len(p.keySuffix)), 10)
+		h = strconv.AppendInt(h, int64(kl+len(p.keySuffix)), 10)
 		return append(h, "\r\n"...)
 	}
 	head := func(verb, body string) []byte {

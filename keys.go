@@ -1,0 +1,94 @@
+package tollgate
+
+// Which buckets a request is charged to, beyond the common case (decide):
+// its plan's top-level policy (Config.Plans, planOf) and rules that key
+// clients their own way (Rule.SourceCriterion, decideOwn). A login rule
+// keyed by IP while the top level keys by API key gives a client that
+// rotates API keys nothing: its login bucket is its address's.
+
+import (
+	"net/http"
+	"sync/atomic"
+)
+
+// planOf returns the index of req's plan in s.plans: the plan planHeader
+// names, when it is exactly one known plan name, else defaultPlan (-1:
+// the top level). An unknown value is never an error to the client, and
+// never a key or a label of its own.
+func (s *settings) planOf(req *http.Request) int {
+	if v := req.Header[s.planHeader]; len(v) == 1 {
+		if i, ok := s.planIndex[v[0]]; ok {
+			return i
+		}
+	}
+	return s.defaultPlan
+}
+
+// decideOwn is decideAny for a set whose rules key clients their own way:
+// each policy's bucket is under its own client key (the top level's, or
+// the rule's identity's, unsharded), all charged in one script (the keys
+// written as one string: policySet.joints), all or nothing.
+func decideOwn(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
+	key := clientKey(t.set.class, t.set.source.identity(req))
+	rkey := key
+	if t.set.shards > 1 {
+		rkey = t.set.shardKey(key)
+	}
+	keys := ownKeys(t, set, req, rkey)
+	call := keys[0]
+	for i, j := range set.joints {
+		call += j + keys[i+1]
+	}
+	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(call, d) {
+		return decidedCache
+	}
+	if redisCheck(t.be, set.cmd, call, d, &t.set.redis, t.hb) != nil {
+		return fallbackOwn(t, set, req, key, d)
+	}
+	if t.set.shards > 1 {
+		for i, p := range set.ps {
+			if p.source == nil {
+				d[1+3*i] *= t.set.shards // scaleRemaining, for the sharded keys
+			}
+		}
+	}
+	if d[0] != 1 {
+		set.denied.remember(call, d)
+	}
+	return decidedRedis
+}
+
+// ownKeys returns each policy's client key: the rule's own identity's, or
+// key.
+func ownKeys(t *Tollgate, set *policySet, req *http.Request, key string) []string {
+	keys := make([]string, len(set.ps))
+	for i, p := range set.ps {
+		keys[i] = key
+		if p.source != nil {
+			keys[i] = clientKey(t.set.class, p.source.identity(req))
+		}
+	}
+	return keys
+}
+
+// fallbackOwn is fallback for a set whose rules key clients their own way
+// (key: the top level's unsharded client key).
+func fallbackOwn(t *Tollgate, set *policySet, req *http.Request, key string, d []int64) int {
+	if set.failClosed {
+		return decidedUnavailable
+	}
+	keys := ownKeys(t, set, req, key)
+	for i, p := range set.ps {
+		keys[i] += p.keySuffix
+	}
+	return takeLocal(t, set, keys, d)
+}
+
+// fallbackFor is the fallback's decision for req over set, whoever keys it.
+func fallbackFor(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
+	key := clientKey(t.set.class, t.set.source.identity(req))
+	if set.ownKeys {
+		return fallbackOwn(t, set, req, key, d)
+	}
+	return fallback(t, set, key, d)
+}
