@@ -501,7 +501,11 @@ func count(set *policySet, d []int64, how int) {
 	} else if d[0] != 1 {
 		res = resultLimited
 	}
-	atomic.AddInt64(&set.ps[decider(set, d, how)].m.n[how*nResults+res], 1)
+	i := 0 // one policy: it decided (a refusal's common case, the deny cache's)
+	if len(set.ps) > 1 {
+		i = decider(set, d, how)
+	}
+	atomic.AddInt64(&set.ps[i].m.n[how*nResults+res], 1)
 	if res != resultAllowed {
 		return
 	}

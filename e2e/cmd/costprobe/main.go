@@ -91,7 +91,27 @@ func ProbeSetup(addr string, rw http.ResponseWriter, next http.Handler) error {
 	probeBR = bufio.NewReader(probeConn)
 	cmd := probeT.top.cmd
 	probeCall = append(append(append([]byte{}, cmd.shaHead...), probeKey...), cmd.tail...)
+	cfg := probeConfig(addr)
+	cfg.Average, cfg.Period, cfg.Burst = 1, "1h", 1
+	hc, err := New(context.Background(), next, cfg, "probe-refused")
+	if err != nil {
+		return err
+	}
+	probeRefused = hc.(*Tollgate)
+	probeRefused.ServeHTTP(probeRW, probeReq) // the one token
+	probeRefused.ServeHTTP(probeRW, probeReq) // refused by Redis: in the deny cache for an hour
 	return minimalSetup(addr, cmd.shaHead, cmd.tail)
+}
+
+// probeRefused refuses probeReq's client from its deny cache.
+var probeRefused *Tollgate
+
+// ProbeServeRefused is ServeHTTP for a client over its limit, refused
+// from the deny cache (a flood's path: no Redis call).
+func ProbeServeRefused(n int) {
+	for i := 0; i < n; i++ {
+		probeRefused.ServeHTTP(probeRW, probeReq)
+	}
 }
 
 // minimal is the smallest middleware that makes one round trip per
@@ -378,6 +398,7 @@ var stages = []stage{
 	{name: "ProbeAppendCall", what: "appendCall: the prepared EVALSHA"},
 	{name: "ProbeDecode", what: "decode: the reply line"},
 	{name: "ProbeServeOpen", what: "ServeHTTP, breaker open: the local fallback (everything)", core: true},
+	{name: "ProbeServeRefused", what: "ServeHTTP, refused from the deny cache (429, no Redis call)", core: true},
 	{name: "ProbeDecideOpen", what: "decide, breaker open: key, breaker, fallback"},
 	{name: "ProbeFallback", what: "fallback: the local bucket (no Redis)"},
 	{name: "ProbeLocalTake", what: "localBuckets.take: one bucket"},
