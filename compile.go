@@ -55,15 +55,15 @@ type settings struct {
 	defaultPlan int
 	exempt      []*net.IPNet // ExemptSourceRange
 	ownKeys     bool         // some rule keys its clients its own way (policy.source)
-	source    sourceCriterion
-	headers   int
-	decision  string // DecisionHeader, canonical; "" when off
-	redis     redisSettings
-	replicas  int64 // Replicas: the fallback's divisor until a heartbeat count is seen
-	shards    int64 // sub-buckets per client bucket; 1: not sharded
-	digits    int   // width of the shard number in keys
-	keyLen    int   // length of a client key in Redis (sharded or not)
-	disabled  bool  // no policy at all
+	source      sourceCriterion
+	headers     int
+	decision    string // DecisionHeader, canonical; "" when off
+	redis       redisSettings
+	replicas    int64 // Replicas: the fallback's divisor until a heartbeat count is seen
+	shards      int64 // sub-buckets per client bucket; 1: not sharded
+	digits      int   // width of the shard number in keys
+	keyLen      int   // length of a client key in Redis (sharded or not)
+	disabled    bool  // no policy at all
 }
 
 // validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
