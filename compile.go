@@ -395,13 +395,6 @@ func compile(cfg *Config, name string) (*settings, error) {
 	if s.redis, err = compileRedis(&cfg.Redis); err != nil {
 		return nil, err
 	}
-	if s.ownKeys && s.redis.mode == modeCluster {
-		for i, r := range cfg.Rules {
-			if r.SourceCriterion != nil {
-				return nil, fmt.Errorf("rules[%d].sourceCriterion: not with redis.mode cluster: a rule keyed its own way has its buckets on other slots than the top level's, and one request's buckets are charged in one script", i)
-			}
-		}
-	}
 	return s, nil
 }
 

@@ -163,8 +163,8 @@ type Rule struct {
 	FailureMode string `json:"failureMode,omitempty" yaml:"failureMode,omitempty" toml:"failureMode,omitempty"`
 	// SourceCriterion keys this rule's clients its own way (e.g. a login
 	// limit by IP while the top level keys by API key, so that fresh API
-	// keys gain nothing). Default: the top level's. Not in cluster mode
-	// (the rule's keys would live on other slots than the top level's).
+	// keys gain nothing). Default: the top level's. In cluster mode its
+	// buckets are charged in a script of their own (decideGroups).
 	SourceCriterion *SourceCriterion `json:"sourceCriterion,omitempty" yaml:"sourceCriterion,omitempty" toml:"sourceCriterion,omitempty"`
 	// Shadow: see Config.Shadow; "" means the top level's. A string so
 	// that a rule can turn off the top level's shadow ("false").

@@ -29,6 +29,9 @@ func (s *settings) planOf(req *http.Request) int {
 // the rule's identity's, unsharded), all charged in one script (the keys
 // written as one string: policySet.joints), all or nothing.
 func decideOwn(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
+	if set.groups != nil {
+		return decideGroups(t, set, req, d)
+	}
 	key := clientKey(t.set.class, t.set.source.identity(req))
 	rkey := key
 	if t.set.shards > 1 {
@@ -91,4 +94,64 @@ func fallbackFor(t *Tollgate, set *policySet, req *http.Request, d []int64) int 
 		return fallbackOwn(t, set, req, key, d)
 	}
 	return fallback(t, set, key, d)
+}
+
+// withGroups splits s, a set with rules keyed their own way, into groups
+// of one identity each (the top level's first, then each rule's), for a
+// Redis Cluster: one script's keys must share a slot, and keys of
+// different identities hash to different slots.
+func withGroups(s *policySet, keyLen int) {
+	var top []*policy
+	var topPos []int
+	for i, p := range s.ps {
+		if p.source == nil {
+			top = append(top, p)
+			topPos = append(topPos, i)
+			continue
+		}
+		s.groups = append(s.groups, newPolicySet([]*policy{p}, keyLen))
+		s.groupPos = append(s.groupPos, []int{i})
+	}
+	if len(top) > 0 {
+		s.groups = append([]*policySet{newPolicySet(top, keyLen)}, s.groups...)
+		s.groupPos = append([][]int{topPos}, s.groupPos...)
+	}
+	if s.enforce != nil && s.enforce.ownKeys {
+		withGroups(s.enforce, keyLen)
+	}
+}
+
+// decideGroups is decideOwn in a Redis Cluster: each group (one identity)
+// is charged in a script of its own, every group every time, and the
+// request passes when every group admits it. So a request one group
+// refuses still took its tokens from the groups that admitted it: the
+// all-or-nothing of one script holds within a group, not across
+// identities. It returns the least global decision of the groups (local,
+// then cache, then redis), or decidedUnavailable at the first group that
+// fails closed.
+func decideGroups(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
+	how := decidedRedis
+	d[0] = 1
+	for gi, g := range set.groups {
+		gd := make([]int64, g.decisionLen)
+		var ghow int
+		if g.ownKeys {
+			ghow = decideOwn(t, g, req, gd)
+		} else {
+			ghow = decideAny(t, g, req, gd)
+		}
+		if ghow == decidedUnavailable {
+			return decidedUnavailable
+		}
+		if ghow == decidedLocal || ghow == decidedCache && how == decidedRedis {
+			how = ghow
+		}
+		if gd[0] != 1 {
+			d[0] = 0
+		}
+		for k, i := range set.groupPos[gi] {
+			copy(d[1+3*i:4+3*i], gd[1+3*k:4+3*k])
+		}
+	}
+	return how
 }

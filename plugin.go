@@ -71,6 +71,11 @@ type policySet struct {
 	// and cmd has no mid (decideOwn).
 	ownKeys bool
 	joints  []string
+	// In a Redis Cluster, a set with rules keyed their own way is charged
+	// group by group (decideGroups): groups[g] holds the policies of one
+	// identity, at groupPos[g] in the set.
+	groups   []*policySet
+	groupPos [][]int
 
 	// Shadow policies (Config.Shadow): shadow when some policy is one;
 	// enforce is the set of the others (nil when none), charged on their
@@ -242,6 +247,9 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 		return nil
 	}
 	s := withHeaders(newPolicySet(ps, t.set.keyLen), t.set.headers)
+	if s.ownKeys && t.set.redis.mode == modeCluster {
+		withGroups(s, t.set.keyLen)
+	}
 	t.sets[mask] = s
 	return s
 }

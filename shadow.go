@@ -41,7 +41,7 @@ func shadowOnly(set *policySet, d []int64, how int) bool {
 // When Redis did not decide (the fallback did, or a policy fails closed),
 // the enforcing policies go to the fallback too: Redis is not asked twice.
 func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *policySet, d []int64, how int) {
-	if set.enforce != nil {
+	if set.enforce != nil && set.groups == nil { // (groups: each enforcing group admitted and was charged)
 		e := make([]int64, set.enforce.decisionLen)
 		var ehow int
 		switch {
