@@ -8,6 +8,10 @@
 // Retry-After and an application/problem+json body. When Redis fails or is
 // slower than its timeout the request falls back to a per-pod bucket
 // (fail-open), or answers 503 for policies that fail closed; see fallback.go.
+// A client's plan (from the authentication layer) may replace the
+// top-level limit and a rule may key clients its own way (keys.go); shadow
+// policies are charged but never refuse (shadow.go); every decision is
+// counted for a serveMetrics middleware to serve (metrics.go).
 //
 // Traefik loads the package from source through Yaegi: CreateConfig, then New
 // per router and on every reload. New is cheap and opens nothing; shared
@@ -29,10 +33,12 @@ import (
 //
 // Model: each request belongs to a client (sourceCriterion) and takes cost
 // tokens from the client's bucket of the class (average tokens per period,
-// at most burst) and from the bucket of every rule it matches, all or
+// at most burst; its plan's, with plans) and from the bucket of every rule
+// it matches (under the rule's own identity, when it has one), all or
 // nothing, in Redis on Redis's clock; the buckets are shared by every
 // replica and every router of the class. Without a top-level limit and with
-// no matching rule a request passes untouched.
+// no matching rule a request passes untouched; so does a client in
+// exemptSourceRange.
 //
 // Safe for concurrent use. A Tollgate owns nothing that needs closing: its
 // Redis pool, breaker and fallback buckets belong to the registry, so
