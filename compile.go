@@ -347,7 +347,7 @@ func compile(cfg *Config, name string) (*settings, error) {
 		return nil, err
 	}
 	for _, p := range append(append(s.rules, s.top), s.plans...) {
-		if p == nil {
+		if p == nil || p.source != nil { // a rule keyed its own way has one key, never sharded
 			continue
 		}
 		if err := p.split(s.shards); err != nil {

@@ -97,41 +97,55 @@ func fallbackFor(t *Tollgate, set *policySet, req *http.Request, d []int64) int 
 }
 
 // withGroups splits s, a set with rules keyed their own way, into groups
-// of one identity each (the top level's first, then each rule's), for a
-// Redis Cluster: one script's keys must share a slot, and keys of
-// different identities hash to different slots.
+// for a Redis Cluster: one script's keys must share a slot, and keys of
+// different identities hash to different slots. A group holds the
+// policies of one identity (the top level's first, then each rule's) and
+// one kind, enforcing or shadow: an enforcing policy's charge never hangs
+// on a shadow one's in the same script.
 func withGroups(s *policySet, keyLen int) {
-	var top []*policy
-	var topPos []int
-	for i, p := range s.ps {
-		if p.source == nil {
-			top = append(top, p)
-			topPos = append(topPos, i)
-			continue
+	for _, shadow := range []bool{false, true} {
+		var top []*policy
+		var topPos []int
+		for i, p := range s.ps {
+			if p.source == nil && p.shadow == shadow {
+				top = append(top, p)
+				topPos = append(topPos, i)
+			}
 		}
-		s.groups = append(s.groups, newPolicySet([]*policy{p}, keyLen))
-		s.groupPos = append(s.groupPos, []int{i})
+		if len(top) > 0 {
+			s.groups = append(s.groups, newPolicySet(top, keyLen))
+			s.groupPos = append(s.groupPos, topPos)
+		}
 	}
-	if len(top) > 0 {
-		s.groups = append([]*policySet{newPolicySet(top, keyLen)}, s.groups...)
-		s.groupPos = append([][]int{topPos}, s.groupPos...)
+	// (Appended one by one, never prepended: Yaegi's test mode cannot
+	// compile a slice literal of a type that holds a slice of itself.)
+	for i, p := range s.ps {
+		if p.source != nil {
+			s.groups = append(s.groups, newPolicySet([]*policy{p}, keyLen))
+			s.groupPos = append(s.groupPos, []int{i})
+		}
 	}
 	if s.enforce != nil && s.enforce.ownKeys {
 		withGroups(s.enforce, keyLen)
 	}
 }
 
-// decideGroups is decideOwn in a Redis Cluster: each group (one identity)
-// is charged in a script of its own, every group every time, and the
-// request passes when every group admits it. So a request one group
-// refuses still took its tokens from the groups that admitted it: the
-// all-or-nothing of one script holds within a group, not across
-// identities. It returns the least global decision of the groups (local,
-// then cache, then redis), or decidedUnavailable at the first group that
-// fails closed.
+// decideGroups is decideOwn in a Redis Cluster: each group is charged in a
+// script of its own, every group every time, and the request passes when
+// every group admits it. So a request one group refuses still took its
+// tokens from the groups that admitted it: the all-or-nothing of one
+// script holds within a group, not across identities. It returns the least
+// global decision (local, then cache, then redis), or decidedUnavailable
+// when an enforcing group fails closed. A shadow group that fails closed
+// is a shadow refusal (its wait: the probe interval), so that the
+// enforcing groups, decided and charged on their own, decide the request.
+// In a refusal, a group that admitted shows no wait (as a bucket that fits
+// does in one script's refusal): only the refusing policies name one.
 func decideGroups(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	how := decidedRedis
+	unavailable := false
 	d[0] = 1
+	admittedBy := make([]bool, len(set.groups))
 	for gi, g := range set.groups {
 		gd := make([]int64, g.decisionLen)
 		var ghow int
@@ -141,7 +155,15 @@ func decideGroups(t *Tollgate, set *policySet, req *http.Request, d []int64) int
 			ghow = decideAny(t, g, req, gd)
 		}
 		if ghow == decidedUnavailable {
-			return decidedUnavailable
+			if !g.shadow {
+				unavailable = true
+				continue
+			}
+			gd[0] = 0
+			for k := range g.ps {
+				gd[1+3*k], gd[2+3*k], gd[3+3*k] = 0, t.set.redis.probeNS/1e6, t.set.redis.probeNS/1e6
+			}
+			ghow = decidedLocal
 		}
 		if ghow == decidedLocal || ghow == decidedCache && how == decidedRedis {
 			how = ghow
@@ -149,9 +171,22 @@ func decideGroups(t *Tollgate, set *policySet, req *http.Request, d []int64) int
 		if gd[0] != 1 {
 			d[0] = 0
 		}
+		admittedBy[gi] = gd[0] == 1
 		for k, i := range set.groupPos[gi] {
 			copy(d[1+3*i:4+3*i], gd[1+3*k:4+3*k])
 		}
+	}
+	if d[0] != 1 {
+		for gi := range set.groups {
+			if admittedBy[gi] {
+				for _, i := range set.groupPos[gi] {
+					d[2+3*i] = 0
+				}
+			}
+		}
+	}
+	if unavailable {
+		return decidedUnavailable
 	}
 	return how
 }

@@ -14,6 +14,7 @@ import (
 
 func TestPasswordFile(t *testing.T) {
 	dir := t.TempDir()
+	setSecretDirs(t, dir)
 	write := func(name, content string) string {
 		path := filepath.Join(dir, name)
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
@@ -93,4 +94,69 @@ func TestPasswordFile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPasswordFileOnlyFromAllowedDirectories: a password file's content is
+// sent to the endpoints the same dynamic configuration names, so it must
+// lie in a directory the operator allows (TOLLGATE_SECRET_DIRS), links
+// resolved, and never in /proc, /sys, /dev or a service account's
+// directory (a review found any one-line file, a service-account token
+// included, sent in AUTH to a listener of the configuration's choosing).
+func TestPasswordFileOnlyFromAllowedDirectories(t *testing.T) {
+	allowed, other := t.TempDir(), t.TempDir()
+	inside := filepath.Join(allowed, "password")
+	outside := filepath.Join(other, "token")
+	for _, p := range []string{inside, outside} {
+		if err := os.WriteFile(p, []byte("s3cret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(allowed, "link")
+	if err := os.Symlink(outside, link); err != nil {
+		t.Fatal(err)
+	}
+	sa := filepath.Join(allowed, "kubernetes.io", "serviceaccount")
+	if err := os.MkdirAll(sa, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sa, "token"), []byte("eyJ.token.sig"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		desc, dirs, path, err string
+	}{
+		{"inside an allowed directory", allowed, inside, ""},
+		{"outside every allowed directory", allowed, outside, "not in a directory the operator allows"},
+		{"a link out of an allowed directory", allowed, link, "not in a directory the operator allows"},
+		{"a service account's token", allowed, filepath.Join(sa, "token"), "holds no Redis password"},
+		{"the process's environment, all allowed", "/", "/proc/self/environ", "holds no Redis password"},
+		{"the default directories", "", inside, "not in a directory the operator allows"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			setSecretDirs(t, tc.dirs)
+			_, err := readPasswordFile("redis.passwordFile", tc.path)
+			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("%s: %v, want %q", tc.path, err, tc.err)
+			}
+		})
+	}
+}
+
+// setSecretDirs sets TOLLGATE_SECRET_DIRS for the test, through this
+// package's own os.Setenv: under Yaegi the plugin reads the interpreter's
+// environment (Traefik hands it the process's at load), which t.Setenv,
+// compiled, does not reach.
+func setSecretDirs(t *testing.T, dirs string) {
+	t.Helper()
+	old, had := os.LookupEnv(secretDirsEnv)
+	if err := os.Setenv(secretDirsEnv, dirs); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if had {
+			os.Setenv(secretDirsEnv, old)
+		} else {
+			os.Unsetenv(secretDirsEnv)
+		}
+	})
 }

@@ -416,7 +416,7 @@ var shadowValues = [...][]string{{"redis;shadow"}, {"local;shadow"}, {"unavailab
 // unavailable and a policy fails closed.
 func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	v := req.Header[t.set.source.header]
-	if !t.set.byHeader || len(v) != 1 || v[0] == "" { // several lines, none: identity's
+	if !t.set.byHeader || len(v) == 0 || v[0] == "" {
 		return decideAny(t, set, req, d)
 	}
 	key := hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])

@@ -6,7 +6,12 @@ package tollgate
 // whoever runs Traefik, so a path must never become a way to read the
 // pod's files or to stall it: each must be a regular file (a symlink to
 // one is followed: Kubernetes mounts secrets so), read up to a bound, and
-// an error names the field and the path, never the file's content.
+// an error names the field and the path, never the file's content. A
+// password file's content is sent to the endpoints the same configuration
+// names, so it must also lie in a directory the operator running Traefik
+// allows (TOLLGATE_SECRET_DIRS, in Traefik's environment), never in /proc,
+// /sys, /dev or a service account's: else a configuration could send the
+// pod's own token to a listener of its choosing.
 
 import (
 	"crypto/tls"
@@ -15,6 +20,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -69,6 +75,9 @@ func readPasswordFile(field, path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := allowedSecret(field, path); err != nil {
+		return "", err
+	}
 	pass := string(b)
 	if strings.HasSuffix(pass, "\n") {
 		pass = strings.TrimSuffix(strings.TrimSuffix(pass, "\n"), "\r")
@@ -86,6 +95,59 @@ func readPasswordFile(field, path string) (string, error) {
 		}
 	}
 	return pass, nil
+}
+
+// secretDirsEnv names the environment variable of the Traefik process (the
+// operator's, out of the dynamic configuration's reach) listing the
+// directories password files may be read from, separated by ":". Unset or
+// empty: defaultSecretDirs.
+const secretDirsEnv = "TOLLGATE_SECRET_DIRS"
+
+// defaultSecretDirs are where Docker and Kubernetes mount secrets by
+// convention.
+const defaultSecretDirs = "/run/secrets:/var/run/secrets"
+
+// allowedSecret refuses a password file (field, path, already found to be
+// a regular file) whose real path, links resolved, is outside every
+// allowed directory (secretDirsEnv) or inside /proc, /sys, /dev or a
+// service account's directory.
+func allowedSecret(field, path string) error {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return fmt.Errorf("%s: reading %q: %w", field, path, err)
+	}
+	if !filepath.IsAbs(real) {
+		if real, err = filepath.Abs(real); err != nil {
+			return fmt.Errorf("%s: reading %q: %w", field, path, err)
+		}
+	}
+	if within(real, "/proc") || within(real, "/sys") || within(real, "/dev") || strings.Contains(real, "/serviceaccount/") {
+		return fmt.Errorf("%s: %q is %q, which holds no Redis password (a system or service-account file)", field, path, real)
+	}
+	dirs := os.Getenv(secretDirsEnv)
+	if strings.TrimSpace(dirs) == "" {
+		dirs = defaultSecretDirs
+	}
+	for _, d := range filepath.SplitList(dirs) {
+		if d = strings.TrimSpace(d); d == "" {
+			continue
+		}
+		if rd, err := filepath.EvalSymlinks(d); err == nil {
+			d = rd
+		}
+		if within(real, filepath.Clean(d)) {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: %q is not in a directory the operator allows for secrets (%s=%s, set in Traefik's environment)", field, path, secretDirsEnv, dirs)
+}
+
+// within reports whether path is dir or inside it (both clean, absolute).
+func within(path, dir string) bool {
+	if dir == "/" {
+		return true
+	}
+	return path == dir || strings.HasPrefix(path, dir+"/")
 }
 
 // tlsConfig builds the TLS configuration of set: the server verified by

@@ -92,15 +92,17 @@ func parseCIDRs(field string, list []string) ([]*net.IPNet, error) {
 }
 
 // identity returns the request's client identity, typed by its kind so that
-// a header value can never collide with an address. Several lines of the
-// key header are one identity, all of them in order, joined as HTTP joins
-// field lines (", "): a client cannot pick which line is keyed. A request
-// without the header (or with only empty lines) is keyed by its client IP
-// under the IP strategy.
+// a header value can never collide with an address. Of several lines of
+// the key header the first is keyed: what Header.Get, most backends and
+// Traefik's own rateLimit read, so lines added after it change nothing (a
+// join of all lines would be a fresh identity per junk line while the
+// backend still authenticates the first). A request without the header,
+// or whose first line is empty, is keyed by its client IP under the IP
+// strategy.
 func (s *sourceCriterion) identity(req *http.Request) string {
 	if s.header != "" {
-		if v := req.Header[s.header]; len(v) > 1 || len(v) == 1 && v[0] != "" {
-			return "h:" + strings.Join(v, ", ")
+		if v := req.Header[s.header]; len(v) > 0 && v[0] != "" {
+			return "h:" + v[0]
 		}
 	} else if s.host {
 		return "host:" + req.Host
@@ -126,19 +128,20 @@ func (s *sourceCriterion) clientIP(req *http.Request) string {
 	return ip.String()
 }
 
-// clientAddr is the client IP by the strategy (see clientIP), whole; nil
-// with the connection's address when that is no IP.
+// clientAddr is the client IP by the strategy (see clientIP), whole, and
+// "" when the strategy found it; else the connection's address, with its
+// IP (nil when it is none).
 func (s *sourceCriterion) clientAddr(req *http.Request) (net.IP, string) {
 	var ip net.IP
 	if s.depth > 0 || len(s.excluded) > 0 {
 		xff := strings.Split(strings.Join(req.Header.Values("X-Forwarded-For"), ","), ",")
 		if s.depth > 0 {
 			if s.depth <= len(xff) {
-				ip = net.ParseIP(strings.TrimSpace(xff[len(xff)-s.depth]))
+				ip = forwardedIP(xff[len(xff)-s.depth])
 			}
 		} else {
 			for i := len(xff) - 1; i >= 0; i-- {
-				if c := net.ParseIP(strings.TrimSpace(xff[i])); c != nil && !s.isExcluded(c) {
+				if c := forwardedIP(xff[i]); c != nil && !s.isExcluded(c) {
 					ip = c
 					break
 				}
@@ -155,11 +158,29 @@ func (s *sourceCriterion) clientAddr(req *http.Request) (net.IP, string) {
 	return ip, ""
 }
 
+// forwardedIP parses an X-Forwarded-For entry: an IP, an IP with a port
+// (1.2.3.4:5678, [2001:db8::1]:443, as some proxies write them) or a
+// bracketed IPv6; nil for anything else.
+func forwardedIP(e string) net.IP {
+	e = strings.TrimSpace(e)
+	if ip := net.ParseIP(e); ip != nil {
+		return ip
+	}
+	if host, _, err := net.SplitHostPort(e); err == nil {
+		return net.ParseIP(host)
+	}
+	if strings.HasPrefix(e, "[") && strings.HasSuffix(e, "]") {
+		return net.ParseIP(e[1 : len(e)-1])
+	}
+	return nil
+}
+
 // exempt reports whether req's client IP (by the strategy) is in one of
-// ranges.
+// ranges. When a strategy reads an X-Forwarded-For and finds no address
+// there, the connection's (a proxy's) is not the client's: not exempt.
 func (s *sourceCriterion) exempt(req *http.Request, ranges []*net.IPNet) bool {
-	ip, _ := s.clientAddr(req)
-	if ip == nil {
+	ip, addr := s.clientAddr(req)
+	if ip == nil || addr != "" && (s.depth > 0 || len(s.excluded) > 0) && len(req.Header["X-Forwarded-For"]) > 0 {
 		return false
 	}
 	for _, n := range ranges {

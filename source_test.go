@@ -42,6 +42,12 @@ func TestIdentity(t *testing.T) {
 			headers: map[string]string{"X-Forwarded-For": "198.51.100.1, not-an-ip, 10.1.2.3"}, want: "ip:198.51.100.1"},
 		{desc: "depth on an entry that is not an IP: connection address", sc: &SourceCriterion{IPStrategy: &IPStrategy{Depth: 1}},
 			remote: "203.0.113.9:1", headers: map[string]string{"X-Forwarded-For": "198.51.100.1, not-an-ip"}, want: "ip:203.0.113.9"},
+		{desc: "an entry with a port", sc: &SourceCriterion{IPStrategy: &IPStrategy{Depth: 1}},
+			headers: map[string]string{"X-Forwarded-For": "198.51.100.7:4711"}, want: "ip:198.51.100.7"},
+		{desc: "a bracketed IPv6 entry with a port", sc: &SourceCriterion{IPStrategy: &IPStrategy{Depth: 1, IPv6Subnet: 128}},
+			headers: map[string]string{"X-Forwarded-For": "[2001:db8::7]:443"}, want: "ip:2001:db8::7"},
+		{desc: "excluded IPs: the proxy's entry with a port is the client", sc: &SourceCriterion{IPStrategy: &IPStrategy{ExcludedIPs: []string{"10.0.0.0/8"}}},
+			headers: map[string]string{"X-Forwarded-For": "203.0.113.66, 198.51.100.7:4711"}, want: "ip:198.51.100.7"},
 		{desc: "header absent: client IP by the IP strategy", sc: &SourceCriterion{RequestHeaderName: "X-API-Key", IPStrategy: &IPStrategy{Depth: 1}},
 			remote: "10.0.0.1:1", headers: map[string]string{"X-Forwarded-For": "198.51.100.7"}, want: "ip:198.51.100.7"},
 	} {
@@ -83,21 +89,28 @@ func TestClientKey(t *testing.T) {
 	}
 }
 
-// TestHeaderLinesAreOneIdentity: several lines of the key header are one
-// identity, the lines joined as HTTP joins them, so a client can neither
-// pick the line that is keyed nor dodge its key by adding a line.
-func TestHeaderLinesAreOneIdentity(t *testing.T) {
+// TestTheFirstKeyLineIsKeyed: of several lines of the key header the
+// first is keyed, as Header.Get and most backends read it: lines added
+// after it change nothing, so a client cannot get a fresh bucket per junk
+// line while its backend still authenticates the first (an earlier version
+// joined all lines: a review's finding). An empty first line is no key.
+func TestTheFirstKeyLineIsKeyed(t *testing.T) {
 	s, err := compileSource(&SourceCriterion{RequestHeaderName: "X-API-Key"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	req := httptest.NewRequest("GET", "/", nil)
 	req.Header.Add("X-API-Key", "k1")
-	req.Header.Add("X-API-Key", "k2")
-	one := httptest.NewRequest("GET", "/", nil)
-	one.Header.Set("X-API-Key", "k1, k2")
-	if got, want := s.identity(req), s.identity(one); got != want || got != "h:k1, k2" {
-		t.Fatalf("two lines: %q, one line with both: %q; want both h:k1, k2", got, want)
+	req.Header.Add("X-API-Key", "junk")
+	if got := s.identity(req); got != "h:k1" {
+		t.Fatalf("two lines: %q, want the first, h:k1", got)
+	}
+	empty := httptest.NewRequest("GET", "/", nil)
+	empty.RemoteAddr = "203.0.113.7:1"
+	empty.Header.Add("X-API-Key", "")
+	empty.Header.Add("X-API-Key", "k2")
+	if got := s.identity(empty); got != "ip:203.0.113.7" {
+		t.Fatalf("an empty first line: %q, want the client IP", got)
 	}
 }
 

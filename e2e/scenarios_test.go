@@ -27,6 +27,9 @@ import (
 var goPath string
 
 func TestMain(m *testing.M) {
+	// Password files the tests write live under the temporary directory:
+	// allowed, for the loaders in this process and the Traefiks it starts.
+	os.Setenv("TOLLGATE_SECRET_DIRS", os.TempDir())
 	dir, err := os.MkdirTemp("", "tollgate-gopath")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
