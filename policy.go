@@ -1,0 +1,202 @@
+package tollgate
+
+// Policies: a bucket shape compiled from the top level, a rule or a plan
+// (compileLimit), its share for the local fallback and for shards, the
+// plans, and the rules' methods.
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// policy is one compiled bucket shape with its name and failure mode.
+type policy struct {
+	name       string // policy name in headers; "" key suffix for the top level
+	keySuffix  string // appended to the client's key; "" for the top level
+	lim        limit  // the whole limit (and the local fallback's base)
+	shard      limit  // one sub-bucket in Redis: lim when not sharded
+	average    int64
+	periodUS   float64 // the period, µs
+	periodSecs int64   // w in RateLimit-Policy
+	failClosed bool
+	shadow     bool           // never refuses (Config.Shadow)
+	m          *policyMetrics // its counters (metrics.go); set by New
+	// rule matching; the top-level policy matches everything
+	pathPrefix string
+	methods    []string
+	source     *sourceCriterion // a rule's own client identity; nil: the top level's
+}
+
+// compileLimit validates one bucket's numbers and returns its policy.
+// prefix is "" for the top level or "rules[i]." for a rule.
+func compileLimit(prefix string, average int64, period string, burst, cost int64) (*policy, error) {
+	if average <= 0 {
+		return nil, fmt.Errorf("%saverage: %d must be greater than zero", prefix, average)
+	}
+	per, err := positiveDuration(prefix+"period", period)
+	if err != nil {
+		return nil, err
+	}
+	if err := nonNegative(prefix+"burst", burst); err != nil {
+		return nil, err
+	}
+	if err := nonNegative(prefix+"cost", cost); err != nil {
+		return nil, err
+	}
+	burst = orDefault(burst, defaultBurst)
+	cost = orDefault(cost, defaultCost)
+	if burst < cost {
+		return nil, fmt.Errorf("%sburst: %d is less than cost %d: no request could ever pass", prefix, burst, cost)
+	}
+	interval := float64(per.Microseconds()) / float64(average)
+	if interval < 1e-3 {
+		return nil, fmt.Errorf("%saverage: %d per %s is faster than one token per ns", prefix, average, per)
+	}
+	p := &policy{
+		m:          &policyMetrics{}, // New's are the registry's
+		lim:        limit{interval: interval, burst: float64(burst), cost: float64(cost)},
+		average:    average,
+		periodSecs: int64(per.Seconds()),
+		periodUS:   float64(per.Microseconds()),
+	}
+	p.shard = p.lim
+	if p.periodSecs < 1 {
+		p.periodSecs = 1
+	}
+	return p, nil
+}
+
+// localShare is the per-pod fallback bucket while Redis is unavailable and
+// replicas pods share the limit: average/replicas over the same period,
+// burst/replicas, each at least one request's cost.
+func (p *policy) localShare(replicas int64) limit {
+	if replicas < 1 {
+		replicas = 1
+	}
+	lb := int64(p.lim.burst) / replicas
+	if lb < int64(p.lim.cost) {
+		lb = int64(p.lim.cost)
+	}
+	la := float64(p.average) / float64(replicas)
+	return limit{interval: p.periodUS / la, burst: float64(lb), cost: p.lim.cost}
+}
+
+// maxPlans bounds Plans.
+const maxPlans = 64
+
+// compilePlans compiles cfg's plans into s (see settings.plans); names
+// holds the rules' names, which a plan may not take.
+func compilePlans(cfg *Config, s *settings, period string, topClosed bool, names map[string]bool) error {
+	s.defaultPlan = -1
+	if len(cfg.Plans) == 0 {
+		switch {
+		case strings.TrimSpace(cfg.PlanHeader) != "":
+			return errors.New("planHeader: set, but there are no plans")
+		case strings.TrimSpace(cfg.DefaultPlan) != "":
+			return errors.New("defaultPlan: set, but there are no plans")
+		}
+		return nil
+	}
+	h := strings.TrimSpace(cfg.PlanHeader)
+	if h == "" {
+		return errors.New("plans: set, but planHeader is not: name the header your authentication layer sets")
+	}
+	if !validHeaderName(h) {
+		return fmt.Errorf("planHeader: %q is not a header name", cfg.PlanHeader)
+	}
+	s.planHeader = http.CanonicalHeaderKey(h)
+	if len(cfg.Plans) > maxPlans {
+		return fmt.Errorf("plans: %d plans, at most %d are allowed", len(cfg.Plans), maxPlans)
+	}
+	s.planIndex = make(map[string]int)
+	for i, pl := range cfg.Plans {
+		field := fmt.Sprintf("plans[%d]", i)
+		if err := checkName(field+".name", pl.Name); err != nil {
+			return err
+		}
+		if _, dup := s.planIndex[pl.Name]; dup || names[pl.Name] || pl.Name == s.class {
+			return fmt.Errorf("%s.name: %q is used twice (plans, rules and the class %q share one namespace)", field, pl.Name, s.class)
+		}
+		s.planIndex[pl.Name] = i
+		if pl.Unlimited {
+			if pl.Average != 0 {
+				return fmt.Errorf("%s: unlimited, but average is %d: set one", field, pl.Average)
+			}
+			var unlimited *policy // (Yaegi: append of an untyped nil panics)
+			s.plans = append(s.plans, unlimited)
+			continue
+		}
+		pp := pl.Period
+		if strings.TrimSpace(pp) == "" {
+			pp = period
+		}
+		p, err := compileLimit(field+".", pl.Average, pp, pl.Burst, orDefault(pl.Cost, orDefault(cfg.Cost, defaultCost)))
+		if err != nil {
+			return err
+		}
+		if p.failClosed, err = failureMode(field+".failureMode", pl.FailureMode, topClosed); err != nil {
+			return err
+		}
+		p.name = pl.Name
+		p.keySuffix = ":" + pl.Name
+		p.shadow = cfg.Shadow
+		s.plans = append(s.plans, p)
+	}
+	if d := strings.TrimSpace(cfg.DefaultPlan); d != "" {
+		i, ok := s.planIndex[d]
+		if !ok {
+			return fmt.Errorf("defaultPlan: %q is not one of the plans", cfg.DefaultPlan)
+		}
+		s.defaultPlan = i
+	}
+	return nil
+}
+
+// compileMethods upper-cases a rule's methods (requests are matched
+// case-insensitively) and adds HEAD to a GET rule: HTTP defines HEAD as
+// GET without the body, so a limit on GET that HEAD could dodge would be
+// no limit.
+func compileMethods(methods []string) []string {
+	var out []string
+	get, head := false, false
+	for _, m := range methods {
+		if m = strings.ToUpper(strings.TrimSpace(m)); m != "" {
+			out = append(out, m)
+			get = get || m == http.MethodGet
+			head = head || m == http.MethodHead
+		}
+	}
+	if get && !head {
+		out = append(out, http.MethodHead)
+	}
+	return out
+}
+
+// maxRules bounds the rules of one middleware (rule sets are cached by bitmask).
+const maxRules = 32
+
+// maxShards bounds Shards.
+const maxShards = 1024
+
+// split sets the sub-bucket shape for n shards: 1/n of the rate and of the
+// burst (a fraction of a token is fine: the capacities add up to the
+// limit's).
+func (p *policy) split(n int64) error {
+	p.shard = p.lim
+	if n <= 1 {
+		return nil
+	}
+	p.shard.interval *= float64(n)
+	p.shard.burst /= float64(n)
+	if p.shard.burst < p.shard.cost {
+		field := "burst"
+		if p.keySuffix != "" {
+			field = "rules[" + p.name + "].burst"
+		}
+		return fmt.Errorf("%s: %v split over %d shards leaves %.3g tokens per shard, less than one request's cost (%v)",
+			field, p.lim.burst, n, p.shard.burst, p.lim.cost)
+	}
+	return nil
+}
