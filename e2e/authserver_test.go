@@ -1,24 +1,15 @@
 package e2e
 
 // Helpers of the plans suite (plans_test.go): the auth server behind
-// Traefik's forwardAuth, a backend that shows the X-Plan it received, and a
-// Traefik whose web entrypoint trusts X-Forwarded-For from loopback (as a
-// Traefik behind a load balancer trusts the balancer's).
+// Traefik's forwardAuth and a backend that shows the X-Plan it received.
 
 import (
-	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
-
-	"gopkg.in/yaml.v3"
 )
 
 // authServer is the service forwardAuth asks: "Authorization: Bearer
@@ -122,79 +113,3 @@ func startEchoBackend() (*echoBackend, error) {
 func (b *echoBackend) Hits() int64 { return atomic.LoadInt64(&b.hits) }
 
 func (b *echoBackend) Close() { _ = b.server.Close() }
-
-// startTraefikTrustingLoopback is StartTraefik with the web entrypoint's
-// forwardedHeaders.trustedIPs set to loopback: without it Traefik deletes
-// the client's X-Forwarded-For before any middleware runs (and appends the
-// connection's address only when it proxies), so an ipStrategy with depth
-// would see no X-Forwarded-For and key every client by 127.0.0.1.
-// (StartTraefik chooses the ports itself and its extra map replaces whole
-// top-level sections, so it cannot add this to the entrypoint.)
-func startTraefikTrustingLoopback(bin, dir, name, dynamicFile string) (*Traefik, error) {
-	webPort, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	apiPort, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	t := &Traefik{Name: name, Web: fmt.Sprintf("127.0.0.1:%d", webPort), API: fmt.Sprintf("127.0.0.1:%d", apiPort),
-		log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
-	static := map[string]interface{}{
-		"global": map[string]interface{}{"checkNewVersion": false, "sendAnonymousUsage": false},
-		"entryPoints": map[string]interface{}{
-			"web": map[string]interface{}{"address": t.Web,
-				"forwardedHeaders": map[string]interface{}{"trustedIPs": []interface{}{"127.0.0.1/32", "::1/128"}}},
-			"traefik": map[string]interface{}{"address": t.API},
-		},
-		"api":  map[string]interface{}{"insecure": true, "dashboard": false},
-		"ping": map[string]interface{}{},
-		"log":  map[string]interface{}{"level": "ERROR", "noColor": true},
-		"providers": map[string]interface{}{
-			"providersThrottleDuration": "10ms",
-			"file":                      map[string]interface{}{"filename": dynamicFile, "watch": true},
-		},
-		"experimental": map[string]interface{}{
-			"localPlugins": map[string]interface{}{"tollgate": map[string]interface{}{"moduleName": ModuleName}},
-		},
-	}
-	b, err := yaml.Marshal(static)
-	if err != nil {
-		return nil, err
-	}
-	conf := filepath.Join(dir, name+".yml")
-	if err := os.WriteFile(conf, b, 0o644); err != nil {
-		return nil, err
-	}
-	out, err := os.Create(t.log)
-	if err != nil {
-		return nil, err
-	}
-	t.cmd = exec.Command(bin, "--configFile="+conf)
-	t.cmd.Dir = dir
-	t.cmd.Stdout, t.cmd.Stderr = out, out
-	t.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := t.cmd.Start(); err != nil {
-		out.Close()
-		return nil, fmt.Errorf("starting traefik: %w", err)
-	}
-	go func() { _ = t.cmd.Wait(); out.Close(); close(t.done) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-t.done:
-			return nil, fmt.Errorf("traefik %s exited at start:\n%s", name, t.Log())
-		default:
-		}
-		if resp, err := http.Get("http://" + t.API + "/ping"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return t, nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Stop()
-	return nil, fmt.Errorf("traefik %s did not answer /ping:\n%s", name, t.Log())
-}

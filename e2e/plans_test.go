@@ -148,7 +148,13 @@ func startPlans(t *testing.T) *plansEnv {
 	if err := plansWriteDynamic(f, plansConf(r.Addr, pe.auth.URL, pe.backend.Addr)); err != nil {
 		t.Fatal(err)
 	}
-	if pe.traefik, err = startTraefikTrustingLoopback(bin, dir, "traefik-1", f.Dynamic); err != nil {
+	// The web entrypoint trusts X-Forwarded-For from loopback (as a Traefik
+	// behind a load balancer trusts the balancer's): else Traefik deletes it
+	// before any middleware runs, and an ipStrategy with depth keys every
+	// client by 127.0.0.1.
+	trust := map[string]interface{}{"entryPoints": map[string]interface{}{"web": map[string]interface{}{
+		"forwardedHeaders": map[string]interface{}{"trustedIPs": []interface{}{"127.0.0.1/32", "::1/128"}}}}}
+	if pe.traefik, err = StartTraefik(bin, dir, "traefik-1", f.Dynamic, trust); err != nil {
 		t.Fatal(err)
 	}
 	f.Replicas = []*Traefik{pe.traefik}

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -48,9 +47,7 @@ type ScrapeTarget struct {
 type Prometheus struct {
 	Addr    string // host:port of its web API
 	targets int
-	log     string
-	cmd     *exec.Cmd
-	done    chan struct{}
+	*process
 }
 
 // StartPrometheus runs prometheus (from PATH) with its configuration, data
@@ -101,59 +98,13 @@ func StartPrometheus(dir string, targets ...ScrapeTarget) (*Prometheus, error) {
 	if err := os.WriteFile(confFile, b, 0o644); err != nil {
 		return nil, err
 	}
-	p := &Prometheus{Addr: fmt.Sprintf("127.0.0.1:%d", port), targets: len(targets),
-		log: filepath.Join(dir, "prometheus.log"), done: make(chan struct{})}
-	out, err := os.Create(p.log)
-	if err != nil {
+	p := &Prometheus{Addr: fmt.Sprintf("127.0.0.1:%d", port), targets: len(targets)}
+	if p.process, err = startProcess("prometheus on "+p.Addr, dir, filepath.Join(dir, "prometheus.log"), "http://"+p.Addr+"/-/ready",
+		30*time.Second, bin, "--config.file="+confFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+p.Addr, "--log.level=warn"); err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(bin, "--config.file="+confFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+p.Addr, "--log.level=warn")
-	p.cmd.Dir = dir
-	p.cmd.Stdout, p.cmd.Stderr = out, out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		out.Close()
-		return nil, fmt.Errorf("starting prometheus: %w", err)
-	}
-	go func() { _ = p.cmd.Wait(); out.Close(); close(p.done) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-p.done:
-			return nil, fmt.Errorf("prometheus exited at start:\n%s", p.Log())
-		default:
-		}
-		if resp, err := http.Get("http://" + p.Addr + "/-/ready"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	p.Stop()
-	return nil, fmt.Errorf("prometheus on %s not ready:\n%s", p.Addr, p.Log())
-}
-
-// Stop ends the process (SIGTERM, then SIGKILL after 5 s).
-func (p *Prometheus) Stop() {
-	if p.cmd == nil || p.cmd.Process == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(5 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// Log returns what the process has logged so far.
-func (p *Prometheus) Log() string {
-	b, _ := os.ReadFile(p.log)
-	return string(b)
+	return p, nil
 }
 
 // TargetState is one target as /api/v1/targets reports it.

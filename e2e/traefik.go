@@ -7,11 +7,9 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -78,14 +76,13 @@ type Traefik struct {
 	Name string
 	Web  string // host:port of the web entrypoint
 	API  string // host:port of the traefik entrypoint
-	log  string
-	cmd  *exec.Cmd
-	done chan struct{}
+	*process
 }
 
 // StartTraefik runs bin in dir (where plugins-local/ must be) with a static
 // configuration that watches dynamicFile. The extra map is merged into the
-// static configuration (e.g. "experimental" for other plugin forms).
+// static configuration, map by map (e.g. "entryPoints": {"web":
+// {"forwardedHeaders": ...}} adds to the web entrypoint).
 func StartTraefik(bin, dir, name, dynamicFile string, extra map[string]interface{}) (*Traefik, error) {
 	webPort, err := FreePort()
 	if err != nil {
@@ -95,8 +92,7 @@ func StartTraefik(bin, dir, name, dynamicFile string, extra map[string]interface
 	if err != nil {
 		return nil, err
 	}
-	t := &Traefik{Name: name, Web: fmt.Sprintf("127.0.0.1:%d", webPort), API: fmt.Sprintf("127.0.0.1:%d", apiPort),
-		log: filepath.Join(dir, name+".log"), done: make(chan struct{})}
+	t := &Traefik{Name: name, Web: fmt.Sprintf("127.0.0.1:%d", webPort), API: fmt.Sprintf("127.0.0.1:%d", apiPort)}
 	static := map[string]interface{}{
 		"global": map[string]interface{}{"checkNewVersion": false, "sendAnonymousUsage": false},
 		"entryPoints": map[string]interface{}{
@@ -116,9 +112,7 @@ func StartTraefik(bin, dir, name, dynamicFile string, extra map[string]interface
 			"localPlugins": map[string]interface{}{"tollgate": map[string]interface{}{"moduleName": ModuleName}},
 		},
 	}
-	for k, v := range extra {
-		static[k] = v
-	}
+	mergeMaps(static, extra)
 	b, err := yaml.Marshal(static)
 	if err != nil {
 		return nil, err
@@ -127,56 +121,25 @@ func StartTraefik(bin, dir, name, dynamicFile string, extra map[string]interface
 	if err := os.WriteFile(conf, b, 0o644); err != nil {
 		return nil, err
 	}
-	out, err := os.Create(t.log)
-	if err != nil {
+	if t.process, err = startProcess("traefik "+name, dir, filepath.Join(dir, name+".log"), "http://"+t.API+"/ping",
+		60*time.Second, bin, "--configFile="+conf); err != nil {
 		return nil, err
 	}
-	t.cmd = exec.Command(bin, "--configFile="+conf)
-	t.cmd.Dir = dir
-	t.cmd.Stdout, t.cmd.Stderr = out, out
-	t.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := t.cmd.Start(); err != nil {
-		out.Close()
-		return nil, fmt.Errorf("starting traefik: %w", err)
-	}
-	go func() { _ = t.cmd.Wait(); out.Close(); close(t.done) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-t.done:
-			return nil, fmt.Errorf("traefik %s exited at start:\n%s", name, t.Log())
-		default:
-		}
-		if resp, err := http.Get("http://" + t.API + "/ping"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return t, nil
+	return t, nil
+}
+
+// mergeMaps merges src into dst: a map into the map of the same key,
+// anything else replacing what dst holds.
+func mergeMaps(dst, src map[string]interface{}) {
+	for k, v := range src {
+		if sm, ok := v.(map[string]interface{}); ok {
+			if dm, ok := dst[k].(map[string]interface{}); ok {
+				mergeMaps(dm, sm)
+				continue
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		dst[k] = v
 	}
-	t.Stop()
-	return nil, fmt.Errorf("traefik %s did not answer /ping:\n%s", name, t.Log())
-}
-
-// Stop ends the process (SIGTERM, then SIGKILL after 5 s).
-func (t *Traefik) Stop() {
-	if t.cmd == nil || t.cmd.Process == nil {
-		return
-	}
-	_ = t.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-t.done:
-	case <-time.After(5 * time.Second):
-		_ = t.cmd.Process.Kill()
-		<-t.done
-	}
-}
-
-// Log returns what the process has logged so far.
-func (t *Traefik) Log() string {
-	b, _ := os.ReadFile(t.log)
-	return string(b)
 }
 
 // URL returns the web entrypoint's URL for path.
