@@ -23,8 +23,9 @@ type fleetEnv struct {
 	fleet *Fleet
 }
 
-// startFleet starts a redis-server and n replicas serving conf(redisAddr).
-func startFleet(t *testing.T, n int, conf func(redisAddr string) map[string]interface{}, routers ...string) *fleetEnv {
+// fleetRedis skips the test without a Traefik binary (fails under CI), and
+// starts a redis-server in a fresh directory, killed at the test's end.
+func fleetRedis(t *testing.T) (string, *Redis) {
 	t.Helper()
 	if _, err := TraefikBinary(); err != nil {
 		if NeedTraefik(err) {
@@ -41,6 +42,13 @@ func startFleet(t *testing.T, n int, conf func(redisAddr string) map[string]inte
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Kill)
+	return dir, r
+}
+
+// startFleet starts a redis-server and n replicas serving conf(redisAddr).
+func startFleet(t *testing.T, n int, conf func(redisAddr string) map[string]interface{}, routers ...string) *fleetEnv {
+	t.Helper()
+	dir, r := fleetRedis(t)
 	f, err := StartFleet(dir, n, conf(r.Addr))
 	if err != nil {
 		t.Fatal(err)

@@ -14,8 +14,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -116,23 +114,9 @@ var plansRouters = []string{"wiring", "plans", "exempt", "rotate", "v6"}
 // every router (enabled or not: each subtest checks its own).
 func startPlans(t *testing.T) *plansEnv {
 	t.Helper()
-	bin, err := TraefikBinary()
-	if err != nil {
-		if NeedTraefik(err) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	r, err := StartRedis(dir)
-	if err != nil {
-		if NeedTraefik(err) {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Kill)
+	dir, r := fleetRedis(t)
 	pe := &plansEnv{t: t, redis: r}
+	var err error
 	if pe.auth, err = startAuthServer(); err != nil {
 		t.Fatal(err)
 	}
@@ -141,23 +125,17 @@ func startPlans(t *testing.T) *plansEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(pe.backend.Close)
-	if err := InstallLocalPlugin(dir); err != nil {
-		t.Fatal(err)
-	}
-	f := &Fleet{Dir: dir, Dynamic: filepath.Join(dir, "dynamic", "dynamic.yml")}
-	if err := plansWriteDynamic(f, plansConf(r.Addr, pe.auth.URL, pe.backend.Addr)); err != nil {
-		t.Fatal(err)
-	}
 	// The web entrypoint trusts X-Forwarded-For from loopback (as a Traefik
 	// behind a load balancer trusts the balancer's): else Traefik deletes it
 	// before any middleware runs, and an ipStrategy with depth keys every
 	// client by 127.0.0.1.
 	trust := map[string]interface{}{"entryPoints": map[string]interface{}{"web": map[string]interface{}{
 		"forwardedHeaders": map[string]interface{}{"trustedIPs": []interface{}{"127.0.0.1/32", "::1/128"}}}}}
-	if pe.traefik, err = StartTraefik(bin, dir, "traefik-1", f.Dynamic, trust); err != nil {
+	f, err := StartFleetWith(dir, 1, plansConf(r.Addr, pe.auth.URL, pe.backend.Addr), trust)
+	if err != nil {
 		t.Fatal(err)
 	}
-	f.Replicas = []*Traefik{pe.traefik}
+	pe.traefik = f.Replicas[0]
 	t.Cleanup(func() {
 		f.Stop()
 		if t.Failed() {
@@ -171,13 +149,6 @@ func startPlans(t *testing.T) *plansEnv {
 		}
 	}
 	return pe
-}
-
-func plansWriteDynamic(f *Fleet, conf map[string]interface{}) error {
-	if err := os.MkdirAll(filepath.Dir(f.Dynamic), 0o755); err != nil {
-		return err
-	}
-	return f.WriteDynamic(conf)
 }
 
 // needRouter fails the subtest unless Traefik serves the router, with the

@@ -242,6 +242,12 @@ type Fleet struct {
 // StartFleet starts n replicas in dir with the dynamic configuration conf
 // (see WriteDynamic). The caller stops it with Stop.
 func StartFleet(dir string, n int, conf map[string]interface{}) (*Fleet, error) {
+	return StartFleetWith(dir, n, conf, nil)
+}
+
+// StartFleetWith is StartFleet with static merged into every replica's
+// static configuration (StartTraefik's extra).
+func StartFleetWith(dir string, n int, conf, static map[string]interface{}) (*Fleet, error) {
 	bin, err := TraefikBinary()
 	if err != nil {
 		return nil, err
@@ -269,7 +275,7 @@ func StartFleet(dir string, n int, conf map[string]interface{}) (*Fleet, error) 
 	ch := make(chan started, n)
 	for i := 0; i < n; i++ {
 		go func(i int) {
-			t, err := StartTraefik(bin, dir, fmt.Sprintf("traefik-%d", i+1), f.Dynamic, nil)
+			t, err := StartTraefik(bin, dir, fmt.Sprintf("traefik-%d", i+1), f.Dynamic, static)
 			ch <- started{i, t, err}
 		}(i)
 	}
