@@ -36,6 +36,9 @@ type fakeRedis struct {
 	names   int64             // CLIENT commands received
 	frozen  int32             // 1: commands are read but never answered
 	isDown  int32             // 1: connections are closed at once
+
+	mu    sync.Mutex
+	auths []string // the password of each AUTH received
 }
 
 // freeze makes the server stop answering.
@@ -114,6 +117,11 @@ func (f *fakeRedis) conn(c net.Conn) {
 			continue
 		}
 		reply := "+OK\r\n"
+		if strings.EqualFold(args[0], "AUTH") {
+			f.mu.Lock()
+			f.auths = append(f.auths, args[len(args)-1])
+			f.mu.Unlock()
+		}
 		if args[0] == "CLIENT" {
 			atomic.AddInt64(&f.names, 1)
 			time.Sleep(time.Until(time.Unix(0, atomic.LoadInt64(&f.setName))))

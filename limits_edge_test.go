@@ -5,15 +5,12 @@ package tollgate
 // failed then) and says which.
 
 import (
-	"bufio"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -209,63 +206,27 @@ func TestPasswordFileOutsideAllowedDirsIsNeverSent(t *testing.T) {
 	if err := os.WriteFile(path, []byte(secret), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	var mu sync.Mutex
-	var got []string
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func(c net.Conn) {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for {
-					args, err := readCommand(br)
-					if err != nil {
-						return
-					}
-					if strings.EqualFold(args[0], "AUTH") {
-						mu.Lock()
-						got = append(got, args[len(args)-1])
-						mu.Unlock()
-					}
-					if _, err := c.Write([]byte("+OK\r\n")); err != nil {
-						return
-					}
-				}
-			}(c)
-		}
-	}()
+	f := startFake(t, "+1 4 0 1000\r\n") // a listener the configuration names, recording AUTH
 	cfg := CreateConfig()
 	cfg.Class = uniqueName("exfil")
 	cfg.Average = 1
-	cfg.Redis.Endpoints = []string{l.Addr().String()}
+	cfg.Redis.Endpoints = []string{f.l.Addr().String()}
 	cfg.Redis.PasswordFile = path
 	cfg.Redis.Username = uniqueName("u")
-	if _, err := New(nil, http.NotFoundHandler(), cfg, "api"); err != nil {
-		return // refused: what the fix would do (e.g. paths outside an allowed directory)
-	}
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) {
-		mu.Lock()
-		n := len(got)
-		var first string
-		if n > 0 {
-			first = got[0]
+	_, err := New(nil, http.NotFoundHandler(), cfg, "api")
+	if err != nil {
+		if !strings.Contains(err.Error(), "not in a directory the operator allows") {
+			t.Fatalf("refused for another reason: %v", err)
 		}
-		mu.Unlock()
-		if n > 0 {
-			if first == secret {
-				t.Errorf("the endpoint named by the dynamic configuration received the content of %s in AUTH", path)
-			}
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+		return // refused: nothing is dialled
 	}
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		f.mu.Lock()
+		sent := len(f.auths) > 0 && f.auths[0] == secret
+		f.mu.Unlock()
+		if sent {
+			t.Fatalf("the endpoint named by the dynamic configuration received the content of %s in AUTH", path)
+		}
+	}
+	t.Fatal("a password file outside the allowed directories was accepted")
 }

@@ -93,14 +93,7 @@ func TestReadmeACLInEveryMode(t *testing.T) {
 		start func(t *testing.T) aclDeployment
 	}{
 		{"standalone", func(t *testing.T) aclDeployment {
-			r, err := StartRedis(t.TempDir())
-			if err != nil {
-				if NeedRedis(err) {
-					t.Skip(err)
-				}
-				t.Fatal(err)
-			}
-			t.Cleanup(r.Kill)
+			r := startRedis(t)
 			return aclDeployment{data: []*Redis{r}, holder: func(string) *Redis { return r },
 				redis: map[string]interface{}{"endpoints": []interface{}{r.Addr}}}
 		}},

@@ -73,19 +73,26 @@ func (s *syncBuffer) String() string {
 }
 
 // forEachKind runs body once per kind with a fresh redis-server.
+// startRedis starts a redis-server for the test (skipped without one, but
+// under CI), killed at its end.
+func startRedis(t *testing.T) *Redis {
+	t.Helper()
+	r, err := StartRedis(t.TempDir())
+	if err != nil {
+		if NeedRedis(err) {
+			t.Skip(err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Kill)
+	return r
+}
+
 func forEachKind(t *testing.T, body func(t *testing.T, e *env)) {
 	for _, kind := range kinds {
 		kind := kind
 		t.Run(kind, func(t *testing.T) {
-			r, err := StartRedis(t.TempDir())
-			if err != nil {
-				if NeedRedis(err) {
-					t.Skip(err)
-				}
-				t.Fatal(err)
-			}
-			t.Cleanup(r.Kill)
-			body(t, &env{t: t, kind: kind, redis: r, logs: &syncBuffer{}})
+			body(t, &env{t: t, kind: kind, redis: startRedis(t), logs: &syncBuffer{}})
 		})
 	}
 }

@@ -507,37 +507,29 @@ func main() {
 		byName[s.name] = s
 		fmt.Printf("| %s | %s | %s | %s |\n", s.what, spread(s.wall), spread(s.cpu), spread(s.kb))
 	}
-	serve, bare, open, minimal := byName["ProbeServeHTTP"], byName["ProbeBare"], byName["ProbeServeOpen"], byName["ProbeMinimal"]
-	if serve != nil && bare != nil {
-		var cpu, kb []float64
-		for r := range serve.cpu {
-			cpu = append(cpu, serve.cpu[r]-bare.cpu[r])
-			kb = append(kb, serve.kb[r]-bare.kb[r])
-		}
-		fmt.Printf("\nInterpreted plugin work per check, Redis path (ServeHTTP minus the bare EVALSHA write and read, same round): %s µs CPU, %s KB allocated\n",
-			spread(cpu), spread(kb))
-	}
-	if c, l := byName["ProbeCount"], byName["ProbeLoop"]; c != nil && l != nil {
-		var cpu, kb []float64
-		for r := range c.cpu {
-			cpu = append(cpu, c.cpu[r]-l.cpu[r])
-			kb = append(kb, c.kb[r]-l.kb[r])
-		}
-		fmt.Printf("Counting per admitted check (metrics; ProbeCount minus ProbeLoop): %s µs CPU, %s KB allocated\n", spread(cpu), spread(kb))
-	}
-	if minimal != nil && bare != nil {
-		var cpu, kb []float64
-		for r := range minimal.cpu {
-			cpu = append(cpu, minimal.cpu[r]-bare.cpu[r])
-			kb = append(kb, minimal.kb[r]-bare.kb[r])
-		}
-		fmt.Printf("The minimal middleware's work per check, measured the same way: %s µs CPU, %s KB allocated\n",
-			spread(cpu), spread(kb))
-	}
-	if open != nil {
+	bare := byName["ProbeBare"]
+	fmt.Println()
+	printWork("Interpreted plugin work per check, Redis path (ServeHTTP minus the bare EVALSHA write and read, same round)", byName["ProbeServeHTTP"], bare)
+	printWork("Counting per admitted check (metrics; ProbeCount minus ProbeLoop)", byName["ProbeCount"], byName["ProbeLoop"])
+	printWork("The minimal middleware's work per check, measured the same way", byName["ProbeMinimal"], bare)
+	if open := byName["ProbeServeOpen"]; open != nil {
 		fmt.Printf("Interpreted plugin work per check, fallback path (breaker open, local bucket): %s µs CPU, %s KB allocated\n",
 			spread(open.cpu), spread(open.kb))
 	}
+}
+
+// printWork prints what stage a costs beyond stage b, round by round (the
+// same round's figures subtracted), when both ran.
+func printWork(what string, a, b *stage) {
+	if a == nil || b == nil {
+		return
+	}
+	var cpu, kb []float64
+	for r := range a.cpu {
+		cpu = append(cpu, a.cpu[r]-b.cpu[r])
+		kb = append(kb, a.kb[r]-b.kb[r])
+	}
+	fmt.Printf("%s: %s µs CPU, %s KB allocated\n", what, spread(cpu), spread(kb))
 }
 
 // stage is one Probe function and its figures, one per round.
