@@ -2,13 +2,12 @@ package tollgate
 
 // Which buckets a request is charged to, beyond the common case (decide):
 // its plan's top-level policy (Config.Plans, planOf) and rules that key
-// clients their own way (Rule.SourceCriterion, decideOwn). A login rule
+// clients their own way (Rule.SourceCriterion, ownCall). A login rule
 // keyed by IP while the top level keys by API key gives a client that
 // rotates API keys nothing: its login bucket is its address's.
 
 import (
 	"net/http"
-	"sync/atomic"
 )
 
 // planOf returns the index of req's plan in s.plans: the plan planHeader
@@ -24,41 +23,18 @@ func (s *settings) planOf(req *http.Request) int {
 	return s.defaultPlan
 }
 
-// decideOwn is decideAny for a set whose rules key clients their own way:
-// each policy's bucket is under its own client key (the top level's, or
-// the rule's identity's, unsharded), all charged in one script (the keys
-// written as one string: policySet.joints), all or nothing.
-func decideOwn(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
-	if set.groups != nil {
-		return decideGroups(t, set, req, d)
-	}
-	key := clientKey(t.set.class, t.set.source.identity(req))
-	rkey := key
-	if t.set.shards > 1 {
-		rkey = t.set.shardKey(key)
-	}
-	keys := ownKeys(t, set, req, rkey)
+// ownCall returns the keys of a call over set, whose rules key clients
+// their own way, written as one string (policySet.joints): key for the
+// policies keyed as the top level, the rule's own identity's for the
+// others (unsharded), so that they are all charged in one script, all or
+// nothing (decideAny).
+func ownCall(t *Tollgate, set *policySet, req *http.Request, key string) string {
+	keys := ownKeys(t, set, req, key)
 	call := keys[0]
 	for i, j := range set.joints {
 		call += j + keys[i+1]
 	}
-	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(call, d) {
-		return decidedCache
-	}
-	if redisCheck(t.be, set.cmd, call, d, &t.set.redis, t.hb) != nil {
-		return fallbackOwn(t, set, req, key, d)
-	}
-	if t.set.shards > 1 {
-		for i, p := range set.ps {
-			if p.source == nil {
-				d[1+3*i] *= t.set.shards // scaleRemaining, for the sharded keys
-			}
-		}
-	}
-	if d[0] != 1 {
-		set.denied.remember(call, d)
-	}
-	return decidedRedis
+	return call
 }
 
 // ownKeys returns each policy's client key: the rule's own identity's, or
@@ -130,9 +106,10 @@ func withGroups(s *policySet, keyLen int) {
 	}
 }
 
-// decideGroups is decideOwn in a Redis Cluster: each group is charged in a
-// script of its own, every group every time, and the request passes when
-// every group admits it. So a request one group refuses still took its
+// decideGroups is decideAny in a Redis Cluster, for a set whose rules key
+// clients their own way: each group is charged in a script of its own,
+// every group every time, and the request passes when every group admits
+// it. So a request one group refuses still took its
 // tokens from the groups that admitted it: the all-or-nothing of one
 // script holds within a group, not across identities. It returns the least
 // global decision (local, then cache, then redis), or decidedUnavailable
@@ -148,12 +125,7 @@ func decideGroups(t *Tollgate, set *policySet, req *http.Request, d []int64) int
 	admittedBy := make([]bool, len(set.groups))
 	for gi, g := range set.groups {
 		gd := make([]int64, g.decisionLen)
-		var ghow int
-		if g.ownKeys {
-			ghow = decideOwn(t, g, req, gd)
-		} else {
-			ghow = decideAny(t, g, req, gd)
-		}
+		ghow := decideAny(t, g, req, gd)
 		if ghow == decidedUnavailable {
 			if !g.shadow {
 				unavailable = true

@@ -37,7 +37,7 @@ func TestExtraKeyLinesGainNothing(t *testing.T) {
 
 // TestShardsLeaveARuleKeyedItsOwnWayWhole: shards split every
 // policy's limit by N (compile.go: split on every rule), but a rule keyed
-// its own way is charged on one unsharded key (decideOwn/ownKeys): its
+// its own way is charged on one unsharded key (ownCall/ownKeys): its
 // clients get 1/N of the limit the rule and its RateLimit-Policy state,
 // while the local fallback gives the whole limit. Login 4 per hour, burst
 // 4, shards 4: from one IP, 10 logins should get 4 (they get 1).

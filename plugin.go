@@ -74,7 +74,7 @@ type policySet struct {
 	// Rules keyed their own way (policy.source): ownKeys when some policy
 	// is; a call's keys are then written as one string, each policy's key
 	// joined to the next by joints[i] (its suffix and the next's length),
-	// and cmd has no mid (decideOwn).
+	// and cmd has no mid (ownCall).
 	ownKeys bool
 	joints  []string
 	// In a Redis Cluster, a set with rules keyed their own way is charged
@@ -330,7 +330,7 @@ func (t *Tollgate) serveAny(rw http.ResponseWriter, req *http.Request) {
 	}
 	d := make([]int64, set.decisionLen)
 	if set.ownKeys {
-		t.answer(rw, req, set, d, decideOwn(t, set, req, d))
+		t.answer(rw, req, set, d, decideAny(t, set, req, d)) // not decide's header fast path: its keys are several
 		return
 	}
 	t.answer(rw, req, set, d, decide(t, set, req, d))
@@ -439,26 +439,39 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	if t.set.shards > 1 {
 		rkey = t.set.shardKey(key)
 	}
-	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(rkey, d) {
+	call := rkey // the keys as the call writes them
+	if set.ownKeys {
+		if set.groups != nil {
+			return decideGroups(t, set, req, d)
+		}
+		call = ownCall(t, set, req, rkey)
+	}
+	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(call, d) {
 		return decidedCache
 	}
-	if redisCheck(t.be, set.cmd, rkey, d, &t.set.redis, t.hb) != nil {
+	if redisCheck(t.be, set.cmd, call, d, &t.set.redis, t.hb) != nil {
+		if set.ownKeys {
+			return fallbackOwn(t, set, req, key, d)
+		}
 		return fallback(t, set, key, d)
 	}
 	if t.set.shards > 1 {
-		scaleRemaining(d, t.set.shards)
+		scaleRemaining(set, d, t.set.shards)
 	}
 	if d[0] != 1 {
-		set.denied.remember(rkey, d)
+		set.denied.remember(call, d)
 	}
 	return decidedRedis
 }
 
 // scaleRemaining turns a shard's remaining tokens into the client's
-// estimate: shards x the shard's (all shards are alike on average).
-func scaleRemaining(d []int64, shards int64) {
-	for i := 1; i < len(d); i += 3 {
-		d[i] *= shards
+// estimate: shards x the shard's (all shards are alike on average), for
+// every policy but a rule keyed its own way (never sharded).
+func scaleRemaining(set *policySet, d []int64, shards int64) {
+	for i, p := range set.ps {
+		if p.source == nil {
+			d[1+3*i] *= shards
+		}
 	}
 }
 

@@ -48,7 +48,7 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 		case how == decidedLocal || how == decidedUnavailable:
 			ehow = fallbackFor(t, set.enforce, req, e)
 		case set.enforce.ownKeys:
-			ehow = decideOwn(t, set.enforce, req, e)
+			ehow = decideAny(t, set.enforce, req, e)
 		default:
 			ehow = decide(t, set.enforce, req, e)
 		}
