@@ -192,13 +192,12 @@ func TestForwardedEntryWithAPortIsTheClient(t *testing.T) {
 	}
 }
 
-// TestPasswordFileOutsideAllowedDirsIsNeverSent: secrets.go says a
-// path in the dynamic configuration "must never become a way to read the
-// pod's files". But whoever writes the configuration also names the
-// endpoint: passwordFile pointing at any one-line file of the pod (a
-// service-account token, a mounted secret of another tenant) is read and
-// sent in AUTH to that endpoint. Here the "Redis" is a listener that
-// records AUTH: it receives the file's content.
+// TestPasswordFileOutsideAllowedDirsIsNeverSent: whoever writes the
+// configuration also names the endpoint, so a passwordFile pointing at any
+// one-line file of the pod (a service-account token, a mounted secret of
+// another tenant) was read and sent in AUTH to that endpoint (the review's
+// finding). A file outside TOLLGATE_SECRET_DIRS is refused by New; were it
+// accepted, the fake Redis would record the file's content in AUTH.
 func TestPasswordFileOutsideAllowedDirsIsNeverSent(t *testing.T) {
 	dir := t.TempDir()
 	secret := "eyJhbGciOiJSUzI1NiJ9.not-the-redis-password.sig"
