@@ -119,6 +119,12 @@ func ceilMS(us float64) int64 { return int64(math.Ceil((us - 1e-3) / 1000)) }
 //	ARGV[3i-2]   interval, µs per token
 //	ARGV[3i-1]   burst, tokens
 //	ARGV[3i]     cost, tokens
+//	ARGV[3n+i]   with regions only (region.go): the region's static share
+//	             of bucket i, ppm; positive when its share follows demand:
+//	             the hash KEYS[i]..'!r' then holds it (field s, ppm) when the
+//	             exchange tracks the key, and counts the tokens asked (n);
+//	             negative when it stays static. The bucket is charged at
+//	             its share: interval/share, burst*share.
 //	reply        status "allowed remaining_1 wait_ms_1 full_ms_1 ...", one
 //	             line of decimal integers (allowed 1|0), so that the client
 //	             reads one line and parses it with one call
@@ -140,10 +146,27 @@ local now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
 local n = #KEYS
 local iv, burst, cost, cap, slack, s, clamped = {}, {}, {}, {}, {}, {}, {}
 local ok = 1
+local region = #ARGV > 3*n
 for i = 1, n do
   iv[i] = tonumber(ARGV[3*i-2])
   burst[i] = tonumber(ARGV[3*i-1])
   cost[i] = tonumber(ARGV[3*i])
+  if region then
+    local sh = tonumber(ARGV[3*n+i])
+    if sh > 0 then
+      local rk = KEYS[i] .. '!r'
+      local v = tonumber(redis.call('HGET', rk, 's'))
+      if v then
+        redis.call('HINCRBY', rk, 'n', math.floor(cost[i]))
+        if v > 0 and v <= 1000000 then sh = v end
+      end
+    else
+      sh = -sh
+    end
+    sh = sh / 1000000
+    iv[i] = iv[i] / sh
+    burst[i] = burst[i] * sh
+  end
   cap[i] = iv[i] * burst[i]
   slack[i] = 1 + burst[i] / 64
   local v = tonumber(redis.call('GET', KEYS[i]))

@@ -41,11 +41,12 @@ type settings struct {
 	headers     int
 	decision    string // DecisionHeader, canonical; "" when off
 	redis       redisSettings
-	replicas    int64 // Replicas: the fallback's divisor until a heartbeat count is seen
-	shards      int64 // sub-buckets per client bucket; 1: not sharded
-	digits      int   // width of the shard number in keys
-	keyLen      int   // length of a client key in Redis (sharded or not)
-	disabled    bool  // no policy at all
+	replicas    int64           // Replicas: the fallback's divisor until a heartbeat count is seen
+	shards      int64           // sub-buckets per client bucket; 1: not sharded
+	digits      int             // width of the shard number in keys
+	keyLen      int             // length of a client key in Redis (sharded or not)
+	disabled    bool            // no policy at all
+	region      *regionSettings // nil without regions (region.go)
 }
 
 // validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
@@ -322,6 +323,20 @@ func compile(cfg *Config, name string) (*settings, error) {
 	s.byHeader = s.source.header != "" && s.shards <= 1
 	if s.redis, err = compileRedis(&cfg.Redis); err != nil {
 		return nil, err
+	}
+	if s.region, err = compileRegion(cfg.Region, s.redis); err != nil {
+		return nil, err
+	}
+	if s.region != nil {
+		for _, p := range append(append(s.rules, s.top), s.plans...) {
+			if p == nil {
+				continue
+			}
+			p.regionPPM = s.region.static
+			if p.failClosed || p.source != nil {
+				p.regionPPM = -s.region.static
+			}
+		}
 	}
 	return s, nil
 }

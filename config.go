@@ -100,6 +100,46 @@ type Config struct {
 	ServeMetrics bool `json:"serveMetrics,omitempty" yaml:"serveMetrics,omitempty" toml:"serveMetrics,omitempty"`
 	// Redis is the shared store.
 	Redis RedisConfig `json:"redis,omitempty" yaml:"redis,omitempty" toml:"redis,omitempty"`
+	// Region, when set, makes this fleet one region of several, each with
+	// its own Redis, holding a share of every limit that follows the
+	// clients' traffic (region.go). Without it nothing changes.
+	Region *RegionConfig `json:"region,omitempty" yaml:"region,omitempty" toml:"region,omitempty"`
+}
+
+// RegionConfig names this fleet's region and the other regions' Redis.
+// Every region must list the same regions with the same weights and the
+// same limits; each names itself in name and the others in peers.
+type RegionConfig struct {
+	// Name is this region's name (printable, no spaces).
+	Name string `json:"name,omitempty" yaml:"name,omitempty" toml:"name,omitempty"`
+	// Weight is this region's static weight: its static share of every
+	// limit is weight over the sum of every region's weight. Default 1.
+	Weight int64 `json:"weight,omitempty" yaml:"weight,omitempty" toml:"weight,omitempty"`
+	// Interval is how often shares are rebalanced (a duration, or bare
+	// seconds). Default 5s; at least 100ms.
+	Interval string `json:"interval,omitempty" yaml:"interval,omitempty" toml:"interval,omitempty"`
+	// Peers are the other regions, at most 8.
+	Peers []PeerConfig `json:"peers,omitempty" yaml:"peers,omitempty" toml:"peers,omitempty"`
+}
+
+// PeerConfig is another region: its name, weight and Redis, read and
+// written only by the exchange, never on a request's path. The Redis
+// fields mean what they mean under redis; timeout defaults to 1s.
+type PeerConfig struct {
+	Name                 string    `json:"name,omitempty" yaml:"name,omitempty" toml:"name,omitempty"`
+	Weight               int64     `json:"weight,omitempty" yaml:"weight,omitempty" toml:"weight,omitempty"`
+	Mode                 string    `json:"mode,omitempty" yaml:"mode,omitempty" toml:"mode,omitempty"`
+	Endpoints            []string  `json:"endpoints,omitempty" yaml:"endpoints,omitempty" toml:"endpoints,omitempty"`
+	MasterName           string    `json:"masterName,omitempty" yaml:"masterName,omitempty" toml:"masterName,omitempty"`
+	SentinelUsername     string    `json:"sentinelUsername,omitempty" yaml:"sentinelUsername,omitempty" toml:"sentinelUsername,omitempty"`
+	SentinelPassword     string    `json:"sentinelPassword,omitempty" yaml:"sentinelPassword,omitempty" toml:"sentinelPassword,omitempty"`
+	SentinelPasswordFile string    `json:"sentinelPasswordFile,omitempty" yaml:"sentinelPasswordFile,omitempty" toml:"sentinelPasswordFile,omitempty"`
+	Username             string    `json:"username,omitempty" yaml:"username,omitempty" toml:"username,omitempty"`
+	Password             string    `json:"password,omitempty" yaml:"password,omitempty" toml:"password,omitempty"`
+	PasswordFile         string    `json:"passwordFile,omitempty" yaml:"passwordFile,omitempty" toml:"passwordFile,omitempty"`
+	DB                   int64     `json:"db,omitempty" yaml:"db,omitempty" toml:"db,omitempty"`
+	TLS                  TLSConfig `json:"tls,omitempty" yaml:"tls,omitempty" toml:"tls,omitempty"`
+	Timeout              string    `json:"timeout,omitempty" yaml:"timeout,omitempty" toml:"timeout,omitempty"`
 }
 
 // SourceCriterion mirrors Traefik's rateLimit sourceCriterion.

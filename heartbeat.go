@@ -192,24 +192,9 @@ func (b *backend) anyDue() bool {
 // They run on a connection of their own (side), dialled on first use and
 // kept: the pool's connections carry only status-line replies (wire.go).
 func (c *redisClient) heartbeat(batch []*heartbeat) {
-	c.sideMu.Lock()
-	defer c.sideMu.Unlock()
-	if atomic.LoadInt32(&c.sideStale) == 1 {
-		c.closeSide()
-	}
-	if c.side == nil {
-		cn, err := c.dialSafe(false) // it never runs the script
-		if err != nil {
-			return
-		}
-		c.side = cn
-	}
-	if err := beatOn(c.side, batch, c.now().Add(c.dialTimeout), c.mono()); err != nil {
-		c.side.mu.Lock()
-		c.side.kill(err)
-		c.side.mu.Unlock()
-		c.side = nil
-	}
+	_ = c.onSide(func(cn *rconn) error {
+		return beatOn(cn, batch, c.now().Add(c.dialTimeout), c.mono())
+	})
 }
 
 // beatOn runs the heartbeats of batch on cn; now (monotonic ns) dates a

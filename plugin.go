@@ -51,6 +51,7 @@ type Tollgate struct {
 	local *localBuckets
 	top   *policySet // the set when no rule matches; nil without a top-level limit
 	hb    *heartbeat // the class's pod count; nil with the heartbeat off
+	rg    *exchanger // the region exchange; nil without regions (exchange.go)
 	plain bool       // ServeHTTP's common case applies: top alone, plain (see policySet)
 
 	mu   sync.Mutex // guards sets
@@ -107,6 +108,7 @@ type policySet struct {
 
 // New builds the middleware. It validates and compiles cfg; it dials nothing.
 func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.Handler, error) {
+	atomic.StoreInt64(&shared.lastNew, shared.now())
 	if cfg != nil && cfg.ServeMetrics {
 		if err := checkMetricsOnly(cfg); err != nil {
 			return nil, fmt.Errorf("tollgate %s: %w", name, err)
@@ -131,6 +133,11 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	}
 	if set.redis.heartbeatNS > 0 {
 		t.hb = t.be.heartbeatFor(set.class, t.be.now())
+	}
+	if set.region != nil {
+		if t.rg, err = shared.exchangerFor(set.region, t.be); err != nil {
+			return nil, fmt.Errorf("tollgate %s: %w", name, err)
+		}
 	}
 	now := shared.now()
 	for _, p := range append(append(set.rules, set.top), set.plans...) {
@@ -421,6 +428,9 @@ func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	}
 	key := hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])
 	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(key, d) {
+		if t.rg != nil {
+			t.rg.note(set, key, d)
+		}
 		return decidedCache
 	}
 	if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
@@ -428,6 +438,9 @@ func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	}
 	if d[0] != 1 {
 		set.denied.remember(key, d)
+	}
+	if t.rg != nil {
+		t.rg.note(set, key, d)
 	}
 	return decidedRedis
 }
@@ -447,6 +460,9 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 		call = ownCall(t, set, req, rkey)
 	}
 	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(call, d) {
+		if t.rg != nil && !set.ownKeys {
+			t.rg.note(set, rkey, d)
+		}
 		return decidedCache
 	}
 	if redisCheck(t.be, set.cmd, call, d, &t.set.redis, t.hb) != nil {
@@ -454,6 +470,9 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 			return fallbackOwn(t, set, req, key, d)
 		}
 		return fallback(t, set, key, d)
+	}
+	if t.rg != nil && !set.ownKeys {
+		t.rg.note(set, rkey, d) // before scaleRemaining: a shard's own tokens
 	}
 	if t.set.shards > 1 {
 		scaleRemaining(set, d, t.set.shards)

@@ -27,6 +27,11 @@ type policy struct {
 	pathPrefix string
 	methods    []string
 	source     *sourceCriterion // a rule's own client identity; nil: the top level's
+	// regionPPM is the region's static share of the limit in ppm, passed to
+	// the script: positive when the share follows demand, negative when
+	// it stays static (failing closed, or keyed its own way); 0 without
+	// regions (region.go).
+	regionPPM int64
 }
 
 // compileLimit validates one bucket's numbers and returns its policy.
@@ -69,17 +74,22 @@ func compileLimit(prefix string, average int64, period string, burst, cost int64
 }
 
 // localShare is the per-pod fallback bucket while Redis is unavailable and
-// replicas pods share the limit: average/replicas over the same period,
-// burst/replicas, each at least one request's cost.
+// replicas pods share the limit (the region's static share of it, with
+// regions): average/replicas over the same period, burst/replicas, each at
+// least one request's cost.
 func (p *policy) localShare(replicas int64) limit {
 	if replicas < 1 {
 		replicas = 1
 	}
-	lb := int64(p.lim.burst) / replicas
+	share := 1.0
+	if p.regionPPM != 0 {
+		share = float64(abs64(p.regionPPM)) / ppm
+	}
+	lb := int64(p.lim.burst*share) / replicas
 	if lb < int64(p.lim.cost) {
 		lb = int64(p.lim.cost)
 	}
-	la := float64(p.average) / float64(replicas)
+	la := float64(p.average) * share / float64(replicas)
 	return limit{interval: p.periodUS / la, burst: float64(lb), cost: p.lim.cost}
 }
 
@@ -199,4 +209,12 @@ func (p *policy) split(n int64) error {
 			field, p.lim.burst, n, p.shard.burst, p.lim.cost)
 	}
 	return nil
+}
+
+// abs64 is |v|.
+func abs64(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
 }

@@ -20,8 +20,10 @@ package tollgate
 // refreshes (backend.refreshNow; one per deployment, one round of
 // queries), the breaker's prober (backend.probeLoop; one per Redis while
 // the breaker is open, ending when it closes or after watchIdle without
-// checks) and the sentinel watcher (backend.watchSentinels; ends after
-// watchIdle without checks).
+// checks), the sentinel watcher (backend.watchSentinels; ends after
+// watchIdle without checks) and the region exchange (exchanger.loop; one
+// per region configuration, ending once a reload has dropped it).
+//   - region exchanges: at most maxExchangers, by configuration.
 
 import (
 	"fmt"
@@ -47,6 +49,10 @@ type registry struct {
 
 	claimsMu sync.Mutex
 	claims   map[string]classClaim // classes derived from middleware names, by class
+
+	regionsMu sync.Mutex
+	regions   map[string]*exchanger // region exchanges, by configuration (exchange.go)
+	lastNew   int64                 // monotonic ns of the latest New, of any middleware
 }
 
 // classClaim is the middleware name a derived class was last built for.
@@ -66,7 +72,7 @@ var shared = newRegistry()
 
 func newRegistry() *registry {
 	return &registry{now: monotonic, backends: make(map[string]*backend), locals: newLocalStores(), metrics: newMetricsRegistry(),
-		claims: make(map[string]classClaim), retired: make(map[string]*backendRow)}
+		claims: make(map[string]classClaim), retired: make(map[string]*backendRow), regions: make(map[string]*exchanger)}
 }
 
 // claimClass records that the middleware name derived class (no class
@@ -90,6 +96,9 @@ func (r *registry) claimClass(class, name string) error {
 	r.claims[class] = classClaim{name: name, at: now}
 	return nil
 }
+
+// errTooManyRegions refuses a region configuration past maxExchangers.
+var errTooManyRegions = fmt.Errorf("region: more than %d region configurations are in use in this process", maxExchangers)
 
 // maxClaims bounds the claims kept past their window.
 const maxClaims = 1024

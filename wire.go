@@ -720,6 +720,10 @@ func bulk(b []byte, s string) []byte {
 // way, never sharded) plus each policy's keySuffix.
 func newCommand(ps []*policy, keyLen int) *command {
 	n := len(ps)
+	args := 4 // a key and three numbers per bucket; a fourth with regions
+	if ps[0].regionPPM != 0 {
+		args = 5
+	}
 	keyHead := func(p *policy) []byte {
 		kl := keyLen
 		if p.source != nil {
@@ -731,7 +735,7 @@ func newCommand(ps []*policy, keyLen int) *command {
 	}
 	head := func(verb, body string) []byte {
 		b := []byte("*")
-		b = strconv.AppendInt(b, int64(3+4*n), 10)
+		b = strconv.AppendInt(b, int64(3+args*n), 10)
 		b = append(b, "\r\n"...)
 		b = bulk(b, verb)
 		b = bulk(b, body)
@@ -748,6 +752,11 @@ func newCommand(ps []*policy, keyLen int) *command {
 		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.shard.interval, 'g', -1, 64))
 		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.shard.burst, 'g', -1, 64))
 		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.shard.cost, 'g', -1, 64))
+	}
+	if args == 5 {
+		for _, p := range ps {
+			cmd.tail = bulk(cmd.tail, strconv.FormatInt(p.regionPPM, 10))
+		}
 	}
 	return cmd
 }

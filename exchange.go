@@ -1,0 +1,549 @@
+package tollgate
+
+// The exchange that moves regions' shares (the model: region.go). Nothing
+// here is on a request's path: requests only note the keys that pressed
+// against their share (note), in memory.
+//
+// Every pod of a region runs one loop per region configuration
+// (exchanger.loop), on the interval's boundaries of the wall clock:
+//
+//  1. flush: the keys this pod saw pressing, with the tokens its deny cache
+//     refused, are added to the region's hash tg{rg:<region>}:hot in its
+//     own Redis;
+//  2. lead: the pods agree through their own Redis on one leader
+//     (tg{rg:<region>}:lead, held for 2 intervals and renewed by its
+//     holder), so one exchange runs per region per interval however many
+//     pods there are, and another pod takes over within 3 if it dies;
+//  3. exchange (the leader, at its region's offset in the interval, so
+//     that regions alternate): read each peer's report from the peer's
+//     Redis (one GET), take the hot hash and the demand counted beside
+//     each tracked bucket, compute the shares (nextShare), apply those
+//     that shrink, write this region's report to its own Redis, apply
+//     those that grow.
+//
+// Per interval a region sends each peer one GET, and each peer's report
+// is at most maxReportBytes: cross-region traffic grows with the keys that
+// press, never with requests.
+//
+// The loop ends when its configuration is gone: Traefik builds every
+// middleware on each reload, so an exchanger that no New has bound while
+// other middlewares were built since (exchangerStale) belongs to a
+// configuration that was dropped. It runs while a region is idle: an idle
+// region must still give up its share of a key hot elsewhere.
+
+import (
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Bounds of the exchangers.
+const (
+	maxExchangers  = 16
+	exchangerStale = 30 * time.Second
+	maxNotes       = 512 // keys one pod notes per interval
+)
+
+// exchanger is one region configuration's exchange in this process.
+type exchanger struct {
+	key   string
+	own   *backend
+	peers []*backend
+
+	mu sync.Mutex // guards rs
+	rs *regionSettings
+
+	bound   int64 // monotonic ns of the last New that used it
+	running int32 // 1 while loop runs
+	dropped int32 // 1 once the registry forgot it
+
+	notesMu sync.Mutex
+	notes   map[string]int64 // bucket key -> tokens refused from memory (+1 per pressing check)
+
+	// The leader's state, used by the loop's goroutine only.
+	leadSlot int64 // the slot of the last exchange led; 0: not leading
+	tracked  map[string]*keyShares
+	views    []peerView
+
+	// Counters, for the metrics (atomic).
+	leading     int32
+	exchangesOK int64
+	exchangesKO int64
+	trackedN    int64
+	reportBytes int64
+	peerUp      []int32
+}
+
+// peerView is the leader's knowledge of a peer.
+type peerView struct {
+	rep   *report // the last report read; nil: none
+	heard int64   // slot its report last changed
+	acked int64   // slot it last acknowledged one of our recent reports
+}
+
+// exchangerFor returns the exchange of rs on own, creating it on first
+// use, and marks it bound now; its loop is started unless it runs.
+func (r *registry) exchangerFor(rs *regionSettings, own *backend) (*exchanger, error) {
+	now := r.now()
+	r.regionsMu.Lock()
+	defer r.regionsMu.Unlock()
+	x, ok := r.regions[rs.key]
+	if !ok {
+		if len(r.regions) >= maxExchangers {
+			for k, old := range r.regions {
+				if now-atomic.LoadInt64(&old.bound) > int64(exchangerStale) {
+					atomic.StoreInt32(&old.dropped, 1)
+					delete(r.regions, k)
+				}
+			}
+			if len(r.regions) >= maxExchangers {
+				return nil, errTooManyRegions
+			}
+		}
+		x = &exchanger{key: rs.key, own: own, notes: map[string]int64{}}
+		for _, p := range rs.peers {
+			b, err := r.backend(p.redis)
+			if err != nil {
+				return nil, err
+			}
+			x.peers = append(x.peers, b)
+		}
+		x.peerUp = make([]int32, len(rs.peers))
+		r.regions[rs.key] = x
+	}
+	x.mu.Lock()
+	x.rs = rs
+	x.mu.Unlock()
+	atomic.StoreInt64(&x.bound, now)
+	if atomic.CompareAndSwapInt32(&x.running, 0, 1) {
+		go x.loop()
+	}
+	return x, nil
+}
+
+// settings returns the latest settings.
+func (x *exchanger) settings() *regionSettings {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.rs
+}
+
+// stale reports whether the loop should end: forgotten by the registry,
+// or not bound by New while other middlewares were built since.
+func (x *exchanger) stale() bool {
+	return atomic.LoadInt32(&x.dropped) == 1 ||
+		atomic.LoadInt64(&shared.lastNew)-atomic.LoadInt64(&x.bound) > int64(exchangerStale)
+}
+
+// loop runs the pod's part of the exchange every interval until stale. A
+// panic ends it; the next New starts another.
+func (x *exchanger) loop() {
+	defer func() {
+		_ = recover()
+		atomic.StoreInt32(&x.leading, 0)
+		atomic.StoreInt32(&x.running, 0)
+	}()
+	for !x.stale() {
+		rs := x.settings()
+		iv := int64(rs.interval)
+		slot := time.Now().UnixNano()/iv + 1
+		sleepUntil(slot * iv)
+		x.flush(rs)
+		if !x.lead(rs) {
+			x.leadSlot = 0
+			atomic.StoreInt32(&x.leading, 0)
+			continue
+		}
+		atomic.StoreInt32(&x.leading, 1)
+		sleepUntil(slot*iv + iv*int64(25+50*rs.order/rs.regions)/100)
+		if x.exchange(rs, slot) {
+			atomic.AddInt64(&x.exchangesOK, 1)
+		} else {
+			atomic.AddInt64(&x.exchangesKO, 1)
+		}
+	}
+}
+
+// sleepUntil sleeps until the wall clock reads ns (Unix ns).
+func sleepUntil(ns int64) {
+	if d := time.Duration(ns - time.Now().UnixNano()); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+// note records, for the exchange, the buckets of set for client key that
+// pressed in decision d (refused, or fewer than a fifth of their burst
+// left): their key and the tokens asked. Rules keyed their own way and
+// policies that fail closed hold the static share, and are not noted.
+func (x *exchanger) note(set *policySet, key string, d []int64) {
+	for i, p := range set.ps {
+		if p.regionPPM <= 0 || (d[2+3*i] == 0 && 5*d[1+3*i] >= int64(p.shard.burst)) {
+			continue
+		}
+		k := key + p.keySuffix
+		x.notesMu.Lock()
+		if _, ok := x.notes[k]; ok || len(x.notes) < maxNotes {
+			x.notes[k] += int64(p.shard.cost)
+		}
+		x.notesMu.Unlock()
+	}
+}
+
+// Keys of a region in its own Redis; one hash tag, so one Cluster slot.
+func leadKey(region string) string     { return "tg{rg:" + region + "}:lead" }
+func hotKey(region string) string      { return "tg{rg:" + region + "}:hot" }
+func reportKeyOf(region string) string { return "tg{rg:" + region + "}:report" }
+
+// shareKey is the hash beside a bucket that holds its share and demand.
+func shareKey(bucket string) string { return bucket + "!r" }
+
+// flush adds the pod's notes to the region's hot hash.
+func (x *exchanger) flush(rs *regionSettings) {
+	x.notesMu.Lock()
+	notes := x.notes
+	x.notes = map[string]int64{}
+	x.notesMu.Unlock()
+	if len(notes) == 0 {
+		return
+	}
+	hk := hotKey(rs.name)
+	var b []byte
+	for k, n := range notes {
+		b = appendCommand(b, "HINCRBY", hk, k, strconv.FormatInt(n, 10))
+	}
+	b = appendCommand(b, "PEXPIRE", hk, strconv.FormatInt(int64(2*rs.interval/time.Millisecond), 10))
+	_, _ = x.own.sideDo(hk, b, len(notes)+1)
+}
+
+// lead reports whether this pod leads the region's exchange this
+// interval: it takes the lease (SET NX), or renews it when it holds it.
+// Plain commands, not a script (side.go); a lease that lapses between the
+// GET and the PEXPIRE at worst lets two pods exchange for an interval,
+// which computes the same shares twice.
+func (x *exchanger) lead(rs *regionSettings) bool {
+	k := leadKey(rs.name)
+	ttl := strconv.FormatInt(int64(2*rs.interval/time.Millisecond), 10)
+	b := appendCommand(nil, "SET", k, instanceID, "NX", "PX", ttl)
+	b = appendCommand(b, "GET", k)
+	r, err := x.own.sideDo(k, b, 2)
+	if err != nil || len(r[1]) != 1 || r[1][0] != instanceID {
+		return false
+	}
+	if len(r[0]) == 1 && r[0][0] == "OK" {
+		return true // taken
+	}
+	r, err = x.own.sideDo(k, appendCommand(nil, "PEXPIRE", k, ttl), 1)
+	return err == nil && len(r[0]) == 1 && r[0][0] == "1"
+}
+
+// exchange runs the leader's exchange of slot; it reports success.
+func (x *exchanger) exchange(rs *regionSettings, slot int64) bool {
+	first := x.leadSlot == 0
+	elapsed := rs.interval.Seconds()
+	if !first && slot > x.leadSlot {
+		elapsed = float64(slot-x.leadSlot) * rs.interval.Seconds()
+	}
+	if first {
+		x.tracked = map[string]*keyShares{}
+		x.views = make([]peerView, len(rs.peers))
+		for i := range x.views {
+			x.views[i] = peerView{heard: slot - healthySteps, acked: slot - healthySteps}
+		}
+		x.restore(rs)
+	}
+	x.leadSlot = slot
+	// 1. The peers' reports.
+	silent := 0
+	for i, p := range rs.peers {
+		rep := x.readPeer(i, p.name)
+		v := &x.views[i]
+		if rep != nil {
+			atomic.StoreInt32(&x.peerUp[i], 1)
+			if v.rep != nil && rep.seq != v.rep.seq {
+				v.heard = slot
+			}
+			if a, ok := rep.acks[rs.name]; ok && a >= slot-ackSteps && a <= slot {
+				v.acked = slot
+			}
+			v.rep = rep
+		} else {
+			atomic.StoreInt32(&x.peerUp[i], 0)
+		}
+		s := slot - v.heard
+		if slot-v.acked > s {
+			s = slot - v.acked
+		}
+		if int(s) > silent {
+			silent = int(s)
+		}
+	}
+	// 2. What pressed here, and the demand counted beside each bucket.
+	hk := hotKey(rs.name)
+	hot := map[string]float64{}
+	// The hot hash, taken whole: renamed aside, read and deleted, while
+	// the pods' next notes start a new one.
+	taking := hk + ":taking"
+	b := appendCommand(nil, "RENAME", hk, taking)
+	b = appendCommand(b, "HGETALL", taking)
+	b = appendCommand(b, "DEL", taking)
+	r, err := x.own.sideDo(hk, b, 3)
+	if err != nil {
+		return false
+	}
+	pairs := r[1]
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if n, err := strconv.ParseFloat(pairs[i+1], 64); err == nil && n > 0 && bucketKeyOK(pairs[i]) {
+			hot[pairs[i]] = n
+		}
+	}
+	keys := x.candidates(rs, hot, silent)
+	counted, err := x.readCounts(keys)
+	if err != nil {
+		return false
+	}
+	// 3. The shares.
+	type change struct {
+		key        string
+		share, was int64
+		n          int64
+	}
+	var shrink, grow []change
+	rep := &report{region: rs.name, seq: slot, acks: map[string]int64{}, keys: map[string]reportKey{}}
+	for i, p := range rs.peers {
+		if v := x.views[i].rep; v != nil {
+			rep.acks[p.name] = v.seq
+		}
+	}
+	for _, k := range keys {
+		ks := x.tracked[k]
+		if ks == nil {
+			ks = &keyShares{}
+			x.tracked[k] = ks
+		}
+		raw := (float64(counted[k]) + hot[k]) / elapsed
+		if ks.share == 0 && ks.demand == 0 {
+			ks.demand = raw
+		} else {
+			ks.demand = (ks.demand + raw) / 2
+		}
+		if ks.demand < 1e-3 {
+			ks.demand = 0
+		}
+		ks.peerD = make([]float64, len(rs.peers))
+		ks.peerPub = make([]int64, len(rs.peers))
+		othersIdle := true
+		for i := range rs.peers {
+			if v := x.views[i].rep; v != nil {
+				if pk, ok := v.keys[k]; ok {
+					ks.peerD[i], ks.peerPub[i] = pk.demand, pk.share
+					othersIdle = othersIdle && pk.demand == 0 && pk.share == rs.peers[i].static
+				}
+			}
+		}
+		was := ks.share
+		if was == 0 {
+			was = rs.static
+		}
+		next := nextShare(rs, ks, silent)
+		c := change{key: k, share: next, was: was, n: counted[k]}
+		untrack := next == rs.static && ks.demand == 0 && othersIdle
+		if untrack {
+			c.share = 0
+			delete(x.tracked, k)
+		} else {
+			ks.share = next
+			rep.keys[k] = reportKey{demand: ks.demand, share: next}
+		}
+		if next > was {
+			grow = append(grow, c)
+		} else {
+			shrink = append(shrink, c)
+		}
+	}
+	atomic.StoreInt64(&x.trackedN, int64(len(x.tracked)))
+	// 4. Shrink, publish, grow.
+	writes := func(cs []change) error {
+		var ops []shareOp
+		for _, c := range cs {
+			ttl := shrinkTTLSteps * rs.interval
+			if c.share > rs.static {
+				ttl = growTTLSteps * rs.interval
+			}
+			ops = append(ops, shareOp{key: shareKey(c.key), share: c.share, taken: c.n, ttlMS: int64(ttl / time.Millisecond)})
+		}
+		return x.writeShares(ops)
+	}
+	if err := writes(shrink); err != nil {
+		return false
+	}
+	body := encodeReport(rep)
+	atomic.StoreInt64(&x.reportBytes, int64(len(body)))
+	rk := reportKeyOf(rs.name)
+	if _, err := x.own.sideDo(rk, appendCommand(nil, "SET", rk, string(body), "PX", strconv.FormatInt(int64(shrinkTTLSteps*rs.interval/time.Millisecond), 10)), 1); err != nil {
+		return false
+	}
+	return writes(grow) == nil
+}
+
+// restore takes over the region's tracked keys from its own report, when
+// this pod becomes the leader.
+func (x *exchanger) restore(rs *regionSettings) {
+	rk := reportKeyOf(rs.name)
+	r, err := x.own.sideDo(rk, appendCommand(nil, "GET", rk), 1)
+	if err != nil || len(r[0]) != 1 {
+		return
+	}
+	rep, err := parseReport([]byte(r[0][0]))
+	if err != nil || rep.region != rs.name {
+		return
+	}
+	for k, v := range rep.keys {
+		x.tracked[k] = &keyShares{demand: v.demand, share: v.share}
+	}
+}
+
+// readPeer reads peer i's report from its Redis; nil when it cannot be
+// read or is malformed.
+func (x *exchanger) readPeer(i int, name string) *report {
+	rk := reportKeyOf(name)
+	r, err := x.peers[i].sideDo(rk, appendCommand(nil, "GET", rk), 1)
+	if err != nil || len(r[0]) != 1 {
+		return nil
+	}
+	rep, err := parseReport([]byte(r[0][0]))
+	if err != nil || rep.region != name {
+		return nil
+	}
+	return rep
+}
+
+// candidates are the keys this exchange decides: those tracked, then those
+// that pressed here (most tokens first), then those the peers heard from
+// list (most demand first), at most maxTracked. When every share is to be
+// static (silent past staticSteps) they are the tracked keys alone.
+func (x *exchanger) candidates(rs *regionSettings, hot map[string]float64, silent int) []string {
+	keys := make([]string, 0, len(x.tracked))
+	seen := map[string]bool{}
+	for k := range x.tracked {
+		keys = append(keys, k)
+		seen[k] = true
+	}
+	sort.Strings(keys)
+	if silent > staticSteps {
+		return keys
+	}
+	type weighted struct {
+		k string
+		w float64
+	}
+	var more []weighted
+	for k, n := range hot {
+		if !seen[k] {
+			more = append(more, weighted{k, n + 1e12}) // before the peers'
+			seen[k] = true
+		}
+	}
+	for i := range rs.peers {
+		if v := x.views[i].rep; v != nil {
+			for k, pk := range v.keys {
+				if !seen[k] {
+					more = append(more, weighted{k, pk.demand})
+					seen[k] = true
+				}
+			}
+		}
+	}
+	sort.Slice(more, func(i, j int) bool {
+		if more[i].w != more[j].w {
+			return more[i].w > more[j].w
+		}
+		return more[i].k < more[j].k
+	})
+	for _, m := range more {
+		if len(keys) >= maxTracked {
+			break
+		}
+		keys = append(keys, m.k)
+	}
+	return keys
+}
+
+// readCounts reads the demand counted beside each key's bucket (tokens
+// since the last exchange), node by node.
+func (x *exchanger) readCounts(keys []string) (map[string]int64, error) {
+	out := make(map[string]int64, len(keys))
+	byNode := map[*redisClient][]string{}
+	for _, k := range keys {
+		if c := x.own.nodeFor(k); c != nil {
+			byNode[c] = append(byNode[c], k)
+		}
+	}
+	for c, ks := range byNode {
+		var b []byte
+		for _, k := range ks {
+			b = appendCommand(b, "HGET", shareKey(k), "n")
+		}
+		r, err := c.sideRun(b, len(ks))
+		if err != nil {
+			return nil, err
+		}
+		for i, k := range ks {
+			if len(r[i]) != 1 {
+				continue
+			}
+			if n, err := strconv.ParseInt(r[i][0], 10, 64); err == nil && n > 0 {
+				out[k] = n
+			}
+		}
+	}
+	return out, nil
+}
+
+// shareOp is one write of a key's share: the tokens read are taken off its
+// counter; share 0 deletes the hash (the key is back to static).
+type shareOp struct {
+	key   string
+	share int64
+	taken int64
+	ttlMS int64
+}
+
+// writeShares applies ops, node by node.
+func (x *exchanger) writeShares(ops []shareOp) error {
+	byNode := map[*redisClient][]byte{}
+	count := map[*redisClient]int{}
+	for _, op := range ops {
+		c := x.own.nodeFor(op.key)
+		if c == nil {
+			continue
+		}
+		b := byNode[c]
+		if op.share == 0 {
+			b = appendCommand(b, "DEL", op.key)
+			count[c]++
+		} else {
+			if op.taken > 0 {
+				b = appendCommand(b, "HINCRBY", op.key, "n", strconv.FormatInt(-op.taken, 10))
+				count[c]++
+			}
+			b = appendCommand(b, "HSET", op.key, "s", strconv.FormatInt(op.share, 10))
+			b = appendCommand(b, "PEXPIRE", op.key, strconv.FormatInt(op.ttlMS, 10))
+			count[c] += 2
+		}
+		byNode[c] = b
+	}
+	for c, b := range byNode {
+		r, err := c.sideRun(b, count[c])
+		if err != nil {
+			return err
+		}
+		for _, v := range r {
+			if len(v) == 1 && len(v[0]) > 0 && v[0][0] == '-' {
+				return errBadReply // the node refused a write (MOVED, say): next interval
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,380 @@
+package tollgate
+
+// Regions: a fleet in several regions, each with its own Redis, holds a
+// share of every limit, moved every interval towards where the clients'
+// traffic is. The model (the exchange that moves shares: exchange.go):
+//
+//   - Each region charges its own buckets at its share s of a limit: rate
+//     times s and burst times s, in the same script and round trip as
+//     without regions. A bucket's stored state (its TAT) needs no change
+//     when s moves: the time a bucket takes to fill, burst/rate, does not
+//     depend on s, so a bucket keeps its fill fraction and its tokens scale
+//     with s (a share that shrinks takes its tokens at once).
+//   - A key no region tracks is charged at the region's static share
+//     (weight over the weights' sum). A key that presses against its share
+//     (refused, or near the limit) is tracked: its share lives beside its
+//     bucket, in the hash <bucket>!r (s: share in parts per million; n:
+//     tokens asked since the exchange last read it, counted by the
+//     script), and moves with its demand.
+//   - A share's target is its region's floor (a tenth of the static share,
+//     so a client that moves region is served while shares follow) plus
+//     the rest of the limit in proportion to the regions' demand. A share
+//     shrinks to its target at once, and grows only into what the other
+//     regions published as theirs: at most 1 minus the sum of their
+//     published shares, so the shares of a key add up to at most 1 in
+//     steady state. A region publishes a share that grows before applying
+//     it, and applies one that shrinks before publishing it.
+//   - Losing a peer (its report stale, or it no longer acknowledges ours):
+//     shares stop growing; after hold (3 intervals of silence) a share above
+//     static falls to static; after 6, every share is static. The peer,
+//     losing us at the same time, does the same, so the shares' sum stays
+//     at most 1 (see silentSteps).
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Bounds of the region configuration and of what one exchange carries.
+const (
+	maxPeers          = 8
+	maxRegionWeight   = 1000
+	defaultInterval   = 5 * time.Second
+	minInterval       = 100 * time.Millisecond
+	maxInterval       = time.Hour
+	defaultPeerTimout = "1s"
+	maxTracked        = 2000      // keys one region tracks, and one report carries
+	maxReportBytes    = 256 << 10 // a report, read or written
+	maxBucketKeyLen   = 200
+	ppm               = 1000000
+)
+
+// regionSettings is a validated RegionConfig.
+type regionSettings struct {
+	name     string
+	interval time.Duration
+	static   int64 // this region's static share, ppm
+	floor    int64 // its floor, ppm: a tenth of static
+	peers    []peerSettings
+	order    int // this region's rank among all regions by name
+	regions  int
+	key      string // what identifies the exchange in the registry
+}
+
+// peerSettings is another region.
+type peerSettings struct {
+	name   string
+	static int64 // ppm
+	floor  int64 // ppm
+	redis  redisSettings
+}
+
+// compileRegion validates c (nil: no region) against this region's own
+// Redis.
+func compileRegion(c *RegionConfig, own redisSettings) (*regionSettings, error) {
+	if c == nil {
+		return nil, nil
+	}
+	if err := checkName("region.name", strings.TrimSpace(c.Name)); err != nil {
+		return nil, err
+	}
+	rs := &regionSettings{name: strings.TrimSpace(c.Name)}
+	iv := c.Interval
+	if strings.TrimSpace(iv) == "" {
+		iv = defaultInterval.String()
+	}
+	var err error
+	if rs.interval, err = positiveDuration("region.interval", iv); err != nil {
+		return nil, err
+	}
+	if rs.interval < minInterval || rs.interval > maxInterval {
+		return nil, fmt.Errorf("region.interval: %q is not between %s and %s", c.Interval, minInterval, maxInterval)
+	}
+	if len(c.Peers) == 0 {
+		return nil, errors.New("region.peers: at least one other region is required")
+	}
+	if len(c.Peers) > maxPeers {
+		return nil, fmt.Errorf("region.peers: %d regions, at most %d", len(c.Peers), maxPeers)
+	}
+	weight, err := regionWeight("region.weight", c.Weight)
+	if err != nil {
+		return nil, err
+	}
+	weights := []int64{weight}
+	names := []string{rs.name}
+	conns := map[string]string{own.connKey(): "this region's redis"}
+	for i, pc := range c.Peers {
+		field := fmt.Sprintf("region.peers[%d]", i)
+		name := strings.TrimSpace(pc.Name)
+		if err := checkName(field+".name", name); err != nil {
+			return nil, err
+		}
+		for _, n := range names {
+			if n == name {
+				return nil, fmt.Errorf("%s.name: %q names two regions", field, name)
+			}
+		}
+		w, err := regionWeight(field+".weight", pc.Weight)
+		if err != nil {
+			return nil, err
+		}
+		to := pc.Timeout
+		if strings.TrimSpace(to) == "" {
+			to = defaultPeerTimout
+		}
+		r, err := compileRedis(&RedisConfig{Mode: pc.Mode, Endpoints: pc.Endpoints, MasterName: pc.MasterName,
+			SentinelUsername: pc.SentinelUsername, SentinelPassword: pc.SentinelPassword, SentinelPasswordFile: pc.SentinelPasswordFile,
+			Username: pc.Username, Password: pc.Password, PasswordFile: pc.PasswordFile, DB: pc.DB, TLS: pc.TLS, Timeout: to})
+		if err != nil {
+			return nil, errors.New(strings.Replace(err.Error(), "redis.", field+".", 1))
+		}
+		if other, ok := conns[r.connKey()]; ok {
+			return nil, fmt.Errorf("%s: its Redis is %s too: each region needs its own", field, other)
+		}
+		conns[r.connKey()] = field
+		r.poolSize = 0 // the exchange's own connection only (redisClient.onSide)
+		r.heartbeatNS = 0
+		r.name = "region:" + name
+		rs.peers = append(rs.peers, peerSettings{name: name, redis: r})
+		weights = append(weights, w)
+		names = append(names, name)
+	}
+	var sum int64
+	for _, w := range weights {
+		sum += w
+	}
+	rs.static = weight * ppm / sum
+	rs.floor = rs.static / 10
+	for i := range rs.peers {
+		rs.peers[i].static = weights[i+1] * ppm / sum
+		rs.peers[i].floor = rs.peers[i].static / 10
+	}
+	sorted := append([]string(nil), names...)
+	sort.Strings(sorted)
+	rs.regions = len(names)
+	for i, n := range sorted {
+		if n == rs.name {
+			rs.order = i
+		}
+	}
+	keyParts := []string{rs.name, strconv.FormatInt(int64(rs.interval), 10), strconv.FormatInt(weight, 10), own.connKey()}
+	for i, p := range rs.peers {
+		keyParts = append(keyParts, p.name, strconv.FormatInt(weights[i+1], 10), p.redis.connKey(), p.redis.timeout.String())
+	}
+	rs.key = strings.Join(keyParts, "\x00")
+	return rs, nil
+}
+
+// regionWeight validates a weight (0: the default, 1).
+func regionWeight(field string, w int64) (int64, error) {
+	if w < 0 || w > maxRegionWeight {
+		return 0, fmt.Errorf("%s: %d is not between 1 and %d", field, w, maxRegionWeight)
+	}
+	if w == 0 {
+		return 1, nil
+	}
+	return w, nil
+}
+
+// The exchange's schedule, in intervals of silence from a peer (its report
+// unchanged, or no longer acknowledging ours): up to healthySteps the peer
+// counts as heard; up to holdSteps shares are kept but none grows; up to
+// staticSteps a share above static falls to static; after it every share
+// is static. A share below static grows back only after staticSteps, when
+// the peer, which lost us at most an interval apart, has already cut
+// every share of its own above static (at holdSteps plus an interval).
+const (
+	healthySteps = 2
+	holdSteps    = 3
+	staticSteps  = 6
+	// shareTTLSteps: a share the exchange stops refreshing lapses to static:
+	// above static after growTTLSteps (a new leader takes over within 3),
+	// below it after staticSteps+1, when peers have dropped theirs.
+	growTTLSteps   = 4
+	shrinkTTLSteps = staticSteps + 1
+	// A peer must acknowledge one of our last ackSteps reports.
+	ackSteps = 4
+)
+
+// keyShares is what the exchange knows of one key: this region's demand
+// (tokens per second, averaged) and share, and each peer's, from its
+// report (-1 share: the peer does not track it, so it holds its static).
+type keyShares struct {
+	demand   float64
+	share    int64 // ppm; 0: untracked (static)
+	peerD    []float64
+	peerPub  []int64
+	hotHere  bool // pressed here this interval
+	ownCount float64
+}
+
+// nextShare is a key's share after this exchange (ppm), given the
+// exchange's state: silent is the longest silence of a peer, in intervals
+// (0 when every peer was heard).
+func nextShare(rs *regionSettings, k *keyShares, silent int) int64 {
+	cur := k.share
+	if cur == 0 {
+		cur = rs.static
+	}
+	switch {
+	case silent > staticSteps:
+		return rs.static
+	case silent > holdSteps:
+		if cur > rs.static {
+			return rs.static
+		}
+		return cur
+	}
+	floors := rs.floor
+	total := k.demand
+	room := int64(ppm)
+	for i, p := range rs.peers {
+		floors += p.floor
+		total += k.peerD[i]
+		pub := k.peerPub[i]
+		if pub <= 0 {
+			pub = p.static
+		}
+		room -= pub
+	}
+	target := rs.static
+	if total > 0 {
+		target = rs.floor + int64(math.Floor(float64(ppm-floors)*k.demand/total))
+	}
+	next := target
+	if next > room {
+		next = room
+	}
+	if next < rs.floor {
+		next = rs.floor
+	}
+	if next > cur && silent > healthySteps {
+		next = cur // a peer unheard: no share grows
+	}
+	return next
+}
+
+// A report: what a region's exchange publishes in its own Redis for the
+// others to read, one line each, fields split by a space:
+//
+//	tollgate-region 1 <region> <seq>
+//	ack <peer> <the peer's seq last read>
+//	k <bucket key> <demand, millitokens per second> <share, ppm>
+//
+// seq is the interval's number (Unix time over the interval), so it moves
+// on when the exchange changes hands. A key a region does not list holds
+// its static share there.
+type report struct {
+	region string
+	seq    int64
+	acks   map[string]int64
+	keys   map[string]reportKey
+}
+
+type reportKey struct {
+	demand float64 // tokens per second
+	share  int64   // ppm
+}
+
+// encodeReport writes r, its keys sorted (at most maxTracked, and at most
+// maxReportBytes: keys past it are left out, holding their static share).
+func encodeReport(r *report) []byte {
+	b := []byte("tollgate-region 1 " + r.region + " " + strconv.FormatInt(r.seq, 10) + "\n")
+	peers := make([]string, 0, len(r.acks))
+	for p := range r.acks {
+		peers = append(peers, p)
+	}
+	sort.Strings(peers)
+	for _, p := range peers {
+		b = append(b, "ack "+p+" "+strconv.FormatInt(r.acks[p], 10)+"\n"...)
+	}
+	keys := make([]string, 0, len(r.keys))
+	for k := range r.keys {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		if i == maxTracked {
+			break
+		}
+		v := r.keys[k]
+		line := "k " + k + " " + strconv.FormatInt(int64(v.demand*1000), 10) + " " + strconv.FormatInt(v.share, 10) + "\n"
+		if len(b)+len(line) > maxReportBytes {
+			break
+		}
+		b = append(b, line...)
+	}
+	return b
+}
+
+// errBadReport is a report that is not one: the peer's data is ignored as
+// if it could not be read.
+var errBadReport = errors.New("tollgate: malformed region report")
+
+// parseReport reads a report written by encodeReport, as untrusted input:
+// bounded in size and lines, every number in range, every key a bucket's.
+func parseReport(b []byte) (*report, error) {
+	if len(b) > maxReportBytes {
+		return nil, errBadReport
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) == 0 {
+		return nil, errBadReport
+	}
+	head := strings.Split(lines[0], " ")
+	if len(head) != 4 || head[0] != "tollgate-region" || head[1] != "1" {
+		return nil, errBadReport
+	}
+	seq, err := strconv.ParseInt(head[3], 10, 64)
+	if err != nil || seq < 0 {
+		return nil, errBadReport
+	}
+	r := &report{region: head[2], seq: seq, acks: map[string]int64{}, keys: map[string]reportKey{}}
+	for _, line := range lines[1:] {
+		if line == "" {
+			continue
+		}
+		f := strings.Split(line, " ")
+		switch {
+		case f[0] == "ack" && len(f) == 3 && len(r.acks) < maxPeers:
+			v, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil || v < 0 {
+				return nil, errBadReport
+			}
+			r.acks[f[1]] = v
+		case f[0] == "k" && len(f) == 4 && len(r.keys) < maxTracked:
+			if !bucketKeyOK(f[1]) {
+				return nil, errBadReport
+			}
+			d, err1 := strconv.ParseInt(f[2], 10, 64)
+			s, err2 := strconv.ParseInt(f[3], 10, 64)
+			if err1 != nil || err2 != nil || d < 0 || d > 1e15 || s <= 0 || s > ppm {
+				return nil, errBadReport
+			}
+			r.keys[f[1]] = reportKey{demand: float64(d) / 1000, share: s}
+		default:
+			return nil, errBadReport
+		}
+	}
+	return r, nil
+}
+
+// bucketKeyOK reports whether s can be one of Tollgate's bucket keys: it
+// starts with the key prefix, is short, and holds printable ASCII without
+// spaces.
+func bucketKeyOK(s string) bool {
+	if len(s) > maxBucketKeyLen || !strings.HasPrefix(s, keyPrefix) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
