@@ -149,7 +149,7 @@ func (x *exchanger) loop() {
 		rs := x.settings()
 		iv := int64(rs.interval)
 		slot := time.Now().UnixNano()/iv + 1
-		sleepUntil(slot * iv)
+		sleepUntil(slot*iv, iv)
 		x.flush(rs)
 		if !x.lead(rs) {
 			x.leadSlot = 0
@@ -157,7 +157,7 @@ func (x *exchanger) loop() {
 			continue
 		}
 		atomic.StoreInt32(&x.leading, 1)
-		sleepUntil(slot*iv + iv*int64(25+50*rs.order/rs.regions)/100)
+		sleepUntil(slot*iv+iv*int64(25+50*rs.order/rs.regions)/100, iv)
 		if x.exchange(rs, slot) {
 			atomic.AddInt64(&x.exchangesOK, 1)
 		} else {
@@ -166,10 +166,15 @@ func (x *exchanger) loop() {
 	}
 }
 
-// sleepUntil sleeps until the wall clock reads ns (Unix ns).
-func sleepUntil(ns int64) {
-	if d := time.Duration(ns - time.Now().UnixNano()); d > 0 {
-		time.Sleep(d)
+// sleepUntil sleeps until the wall clock reads ns (Unix ns), at most two
+// intervals iv (the clock may have been stepped back since ns was set).
+func sleepUntil(ns, iv int64) {
+	d := ns - time.Now().UnixNano()
+	if d > 2*iv {
+		d = 2 * iv
+	}
+	if d > 0 {
+		time.Sleep(time.Duration(d))
 	}
 }
 
