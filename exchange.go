@@ -43,7 +43,11 @@ import (
 const (
 	maxExchangers  = 16
 	exchangerStale = 30 * time.Second
-	maxNotes       = 512 // keys one pod notes per interval
+	maxNotes       = 256 // keys one pod notes per interval
+	// demandWeight is the weight of the last interval in a key's demand,
+	// an exponential average: a client that moves region is followed
+	// within about three intervals.
+	demandWeight = 0.7
 )
 
 // exchanger is one region configuration's exchange in this process.
@@ -180,17 +184,23 @@ func sleepUntil(ns, iv int64) {
 
 // note records, for the exchange, the buckets of set for client key that
 // pressed in decision d (refused, or fewer than a fifth of their burst
-// left): their key and the tokens asked. Rules keyed their own way and
-// policies that fail closed hold the static share, and are not noted.
-func (x *exchanger) note(set *policySet, key string, d []int64) {
+// left), so that the exchange tracks them, with the tokens refused from
+// memory (cached: the deny cache's refusal, which Redis never counts).
+// Rules keyed their own way and policies that fail closed hold the static
+// share, and are not noted.
+func (x *exchanger) note(set *policySet, key string, d []int64, cached bool) {
 	for i, p := range set.ps {
 		if p.regionPPM <= 0 || (d[2+3*i] == 0 && 5*d[1+3*i] >= int64(p.shard.burst)) {
 			continue
 		}
+		var n int64
+		if cached {
+			n = int64(p.shard.cost)
+		}
 		k := key + p.keySuffix
 		x.notesMu.Lock()
 		if _, ok := x.notes[k]; ok || len(x.notes) < maxNotes {
-			x.notes[k] += int64(p.shard.cost)
+			x.notes[k] += n
 		}
 		x.notesMu.Unlock()
 	}
@@ -299,7 +309,7 @@ func (x *exchanger) exchange(rs *regionSettings, slot int64) bool {
 	}
 	pairs := r[1]
 	for i := 0; i+1 < len(pairs); i += 2 {
-		if n, err := strconv.ParseFloat(pairs[i+1], 64); err == nil && n > 0 && bucketKeyOK(pairs[i]) {
+		if n, err := strconv.ParseFloat(pairs[i+1], 64); err == nil && n >= 0 && bucketKeyOK(pairs[i]) {
 			hot[pairs[i]] = n
 		}
 	}
@@ -331,7 +341,7 @@ func (x *exchanger) exchange(rs *regionSettings, slot int64) bool {
 		if ks.share == 0 && ks.demand == 0 {
 			ks.demand = raw
 		} else {
-			ks.demand = (ks.demand + raw) / 2
+			ks.demand = demandWeight*raw + (1-demandWeight)*ks.demand
 		}
 		if ks.demand < 1e-3 {
 			ks.demand = 0

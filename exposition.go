@@ -76,6 +76,54 @@ func (r *registry) writeMetrics(w *bufio.Writer) {
 	head(w, "tollgate_deny_cache_entries", "gauge", "Refusals from Redis still in force, repeated by the pods without a Redis call.")
 	series(w, "tollgate_deny_cache_entries", denied)
 	r.writeBackendMetrics(w, now)
+	r.writeRegionMetrics(w)
+}
+
+// writeRegionMetrics writes the region exchanges' metrics: one set per
+// region name, from the exchange bound most recently under it.
+func (r *registry) writeRegionMetrics(w *bufio.Writer) {
+	r.regionsMu.Lock()
+	byName := map[string]*exchanger{}
+	for _, x := range r.regions {
+		if x.stale() {
+			continue
+		}
+		name := x.settings().name
+		if o, ok := byName[name]; !ok || atomic.LoadInt64(&o.bound) < atomic.LoadInt64(&x.bound) {
+			byName[name] = x
+		}
+	}
+	r.regionsMu.Unlock()
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	head(w, "tollgate_region_leader", "gauge", "1 on the pod that runs its region's exchange this interval.")
+	for _, n := range names {
+		series(w, "tollgate_region_leader", int64(atomic.LoadInt32(&byName[n].leading)), "region", n)
+	}
+	head(w, "tollgate_region_exchanges_total", "counter", "Exchanges this pod ran as its region's leader, by result.")
+	for _, n := range names {
+		x := byName[n]
+		series(w, "tollgate_region_exchanges_total", atomic.LoadInt64(&x.exchangesOK), "region", n, "result", "ok")
+		series(w, "tollgate_region_exchanges_total", atomic.LoadInt64(&x.exchangesKO), "region", n, "result", "failed")
+	}
+	head(w, "tollgate_region_tracked_keys", "gauge", "Keys whose share follows demand, after this pod's last exchange.")
+	for _, n := range names {
+		series(w, "tollgate_region_tracked_keys", atomic.LoadInt64(&byName[n].trackedN), "region", n)
+	}
+	head(w, "tollgate_region_report_bytes", "gauge", "Bytes of the last report this pod wrote for its region's peers.")
+	for _, n := range names {
+		series(w, "tollgate_region_report_bytes", atomic.LoadInt64(&byName[n].reportBytes), "region", n)
+	}
+	head(w, "tollgate_region_peer_up", "gauge", "1 when this pod's last exchange read the peer's report.")
+	for _, n := range names {
+		x := byName[n]
+		for i, p := range x.settings().peers {
+			series(w, "tollgate_region_peer_up", int64(atomic.LoadInt32(&x.peerUp[i])), "region", n, "peer", p.name)
+		}
+	}
 }
 
 // classRow is a class's fallback divisor, as served.

@@ -429,7 +429,7 @@ func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	key := hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])
 	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(key, d) {
 		if t.rg != nil {
-			t.rg.note(set, key, d)
+			t.rg.note(set, key, d, true)
 		}
 		return decidedCache
 	}
@@ -440,7 +440,7 @@ func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 		set.denied.remember(key, d)
 	}
 	if t.rg != nil {
-		t.rg.note(set, key, d)
+		t.rg.note(set, key, d, false)
 	}
 	return decidedRedis
 }
@@ -461,7 +461,7 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	}
 	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(call, d) {
 		if t.rg != nil && !set.ownKeys {
-			t.rg.note(set, rkey, d)
+			t.rg.note(set, rkey, d, true)
 		}
 		return decidedCache
 	}
@@ -472,7 +472,7 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 		return fallback(t, set, key, d)
 	}
 	if t.rg != nil && !set.ownKeys {
-		t.rg.note(set, rkey, d) // before scaleRemaining: a shard's own tokens
+		t.rg.note(set, rkey, d, false) // before scaleRemaining: a shard's own tokens
 	}
 	if t.set.shards > 1 {
 		scaleRemaining(set, d, t.set.shards)
