@@ -2,10 +2,13 @@ package tollgate
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -97,5 +100,275 @@ func TestRegionSharesFollowTraffic(t *testing.T) {
 	t.Logf("after the move: shares a=%d b=%d; b admitted %d in its last second", sa, sb, last)
 	if sb < 900000 || sa+sb > ppm {
 		t.Errorf("after the move: shares a=%d b=%d", sa, sb)
+	}
+}
+
+func TestNextShare(t *testing.T) {
+	two, err := compileRegion(&RegionConfig{Name: "a", Peers: []PeerConfig{{Name: "b", Endpoints: []string{"127.0.0.1:2"}}}}, redisSettings{addr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	three, err := compileRegion(&RegionConfig{Name: "a", Peers: []PeerConfig{{Name: "b", Endpoints: []string{"127.0.0.1:2"}}, {Name: "c", Endpoints: []string{"127.0.0.1:3"}}}}, redisSettings{addr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		desc   string
+		rs     *regionSettings
+		k      keyShares
+		silent int
+		want   int64
+	}{
+		{"all here, peer still static: room is what the peer gave up", two, keyShares{demand: 10, peerD: []float64{0}, peerPub: []int64{0}}, 0, 500000},
+		{"all here, peer at its floor", two, keyShares{demand: 10, share: 500000, peerD: []float64{0}, peerPub: []int64{50000}}, 0, 950000},
+		{"none here: the floor at once", two, keyShares{demand: 0, share: 950000, peerD: []float64{10}, peerPub: []int64{50000}}, 0, 50000},
+		{"70/30", two, keyShares{demand: 7, share: 500000, peerD: []float64{3}, peerPub: []int64{300000}}, 0, 50000 + 900000*7/10},
+		{"idle everywhere: static", two, keyShares{demand: 0, share: 500000, peerD: []float64{0}, peerPub: []int64{0}}, 0, 500000},
+		{"a peer unheard: no growth", two, keyShares{demand: 10, share: 600000, peerD: []float64{0}, peerPub: []int64{50000}}, healthySteps + 1, 600000},
+		{"a peer unheard: shrinks still", two, keyShares{demand: 0, share: 600000, peerD: []float64{10}, peerPub: []int64{50000}}, healthySteps + 1, 50000},
+		{"past hold: above static falls to static", two, keyShares{demand: 10, share: 950000, peerD: []float64{0}, peerPub: []int64{50000}}, holdSteps + 1, 500000},
+		{"past hold: below static is kept", two, keyShares{demand: 0, share: 50000, peerD: []float64{10}, peerPub: []int64{950000}}, holdSteps + 1, 50000},
+		{"past static: static", two, keyShares{demand: 0, share: 50000, peerD: []float64{10}, peerPub: []int64{950000}}, staticSteps + 1, 500000},
+		{"three regions, all here", three, keyShares{demand: 10, share: 333333, peerD: []float64{0, 0}, peerPub: []int64{33333, 33333}}, 0, 933334},
+		{"over-committed peers: the floor", two, keyShares{demand: 10, share: 50000, peerD: []float64{10}, peerPub: []int64{990000}}, 0, 50000},
+	} {
+		k := tc.k
+		if got := nextShare(tc.rs, &k, tc.silent); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.desc, got, tc.want)
+		}
+	}
+}
+
+func TestReportRoundTrip(t *testing.T) {
+	r := &report{region: "eu-west", seq: 42, acks: map[string]int64{"us-east": 41},
+		keys: map[string]reportKey{"tg{abcdefghij}": {demand: 12.5, share: 950000}, "tg{abcdefghij}:login": {demand: 0, share: 50000}}}
+	got, err := parseReport(encodeReport(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.region != r.region || got.seq != 42 || got.acks["us-east"] != 41 || len(got.keys) != 2 || got.keys["tg{abcdefghij}"] != r.keys["tg{abcdefghij}"] {
+		t.Errorf("round trip: %+v", got)
+	}
+	// Past maxTracked keys, or maxReportBytes, the rest is left out.
+	big := &report{region: "a", seq: 1, keys: map[string]reportKey{}}
+	for i := 0; i < maxTracked+500; i++ {
+		big.keys["tg{"+strconv.Itoa(i)+strings.Repeat("x", 150)+"}"] = reportKey{demand: 1e9, share: ppm}
+	}
+	b := encodeReport(big)
+	if len(b) > maxReportBytes {
+		t.Errorf("report of %d bytes, bound %d", len(b), maxReportBytes)
+	}
+	if back, err := parseReport(b); err != nil || len(back.keys) == 0 || len(back.keys) > maxTracked {
+		t.Errorf("big report: %v, %d keys", err, len(back.keys))
+	}
+}
+
+// A peer's report is untrusted input: anything but a report is refused as
+// a whole (the peer counts as unheard), never a panic, never a share out
+// of range.
+func TestHostileReportsAreRefused(t *testing.T) {
+	for _, s := range []string{
+		"",
+		"tollgate-region 2 a 1\n",
+		"tollgate-region 1 a -1\n",
+		"tollgate-region 1 a 1 extra\n",
+		"tollgate-region 1 a 1\nk tg{x} 1 0\n", // share 0
+		"tollgate-region 1 a 1\nk tg{x} 1 1000001\n",                                    // share above 1
+		"tollgate-region 1 a 1\nk tg{x} -1 10\n",                                        // negative demand
+		"tollgate-region 1 a 1\nk other 1 10\n",                                         // not a bucket key
+		"tollgate-region 1 a 1\nk tg{x\x00} 1 10\n",                                     // not printable
+		"tollgate-region 1 a 1\nk tg{x} 1e3 10\n",                                       // not an integer
+		"tollgate-region 1 a 1\nk tg{x} 1 10 more\n",                                    // extra field
+		"tollgate-region 1 a 1\nack b x\n",                                              // bad ack
+		"tollgate-region 1 a 1\nshare tg{x} 1\n",                                        // unknown line
+		"tollgate-region 1 a 1\n" + strings.Repeat("k tg{x} 1 10\n", maxReportBytes/12), // too big
+	} {
+		if r, err := parseReport([]byte(s)); err == nil {
+			t.Errorf("%.60q: accepted as %+v", s, r)
+		}
+	}
+}
+
+func FuzzParseReport(f *testing.F) {
+	f.Add([]byte("tollgate-region 1 a 7\nack b 6\nk tg{abc} 1500 950000\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := parseReport(b)
+		if err != nil {
+			return
+		}
+		if len(r.keys) > maxTracked || len(r.acks) > maxPeers {
+			t.Fatalf("unbounded: %d keys, %d acks", len(r.keys), len(r.acks))
+		}
+		for k, v := range r.keys {
+			if !bucketKeyOK(k) || v.share <= 0 || v.share > ppm || v.demand < 0 {
+				t.Fatalf("accepted %q %+v", k, v)
+			}
+		}
+	})
+}
+
+func TestRegionStaticShares(t *testing.T) {
+	rs, err := compileRegion(&RegionConfig{Name: "eu", Weight: 3, Peers: []PeerConfig{{Name: "us", Endpoints: []string{"127.0.0.1:2"}}}}, redisSettings{addr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.static != 750000 || rs.floor != 75000 || rs.peers[0].static != 250000 || rs.interval != defaultInterval || rs.peers[0].redis.timeout != time.Second {
+		t.Errorf("weights 3:1: static %d floor %d, peer %d; interval %s, peer timeout %s", rs.static, rs.floor, rs.peers[0].static, rs.interval, rs.peers[0].redis.timeout)
+	}
+	if rs, err := compileRegion(&RegionConfig{Name: "eu", Interval: "2", Peers: []PeerConfig{{Name: "us", Endpoints: []string{"127.0.0.1:2"}}}}, redisSettings{addr: "127.0.0.1:1"}); err != nil || rs.interval != 2*time.Second {
+		t.Errorf("interval \"2\" (bare seconds): %v, %v", rs, err)
+	}
+}
+
+// link forwards a loopback port to addr until cut.
+type link struct {
+	l     net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	cut   bool
+}
+
+func newLink(t *testing.T, addr string) *link {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &link{l: l}
+	t.Cleanup(func() { k.Cut(); l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			k.mu.Lock()
+			if k.cut {
+				k.mu.Unlock()
+				c.Close()
+				continue
+			}
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				k.mu.Unlock()
+				c.Close()
+				continue
+			}
+			k.conns = append(k.conns, c, up)
+			k.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return k
+}
+
+func (k *link) Addr() string { return k.l.Addr().String() }
+
+// Cut closes every connection and refuses new ones.
+func (k *link) Cut() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.cut = true
+	for _, c := range k.conns {
+		c.Close()
+	}
+	k.conns = nil
+}
+
+// A region that loses its peer keeps its shares for hold, then falls back
+// to static: the share above static first (within holdSteps+2 intervals),
+// the one below static only after it (staticSteps+1, and no sooner than
+// the other side's above-static share fell). Sampled every 20 ms, the two
+// shares never add up to more than the limit.
+func TestRegionLinkCutFallsBackToStatic(t *testing.T) {
+	class := uniqueName("region")
+	ra, rb := startLiveRedis(t), startLiveRedis(t)
+	ab, ba := newLink(t, rb), newLink(t, ra)
+	mk := func(own, name, peer, peerAddr string) *Tollgate {
+		return handlerOn(t, own, func(c *Config) {
+			c.Class = class
+			c.Average, c.Period, c.Burst = 50, "1s", 50
+			c.Redis.Username = ""
+			c.Region = &RegionConfig{Name: name, Interval: "200ms", Peers: []PeerConfig{{Name: peer, Endpoints: []string{peerAddr}}}}
+		})
+	}
+	a := mk(ra, "a", "b", ab.Addr())
+	mk(rb, "b", "a", ba.Addr())
+	bucket := hashKey(class + "\x00h:" + "hot")
+	drive(a, "hot", 5*time.Millisecond, 2*time.Second)
+	if sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket); sa != 950000 || sb != 50000 {
+		t.Fatalf("before the cut: shares a=%d b=%d", sa, sb)
+	}
+	cut := time.Now()
+	ab.Cut()
+	ba.Cut()
+	var aStatic, bStatic time.Duration
+	for time.Since(cut) < 3*time.Second && (aStatic == 0 || bStatic == 0) {
+		go drive(a, "hot", 0, 10*time.Millisecond) // a keeps pressing
+		sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket)
+		if sa == 0 {
+			sa = 500000
+		}
+		if sb == 0 {
+			sb = 500000
+		}
+		if sa+sb > ppm {
+			t.Fatalf("%s after the cut: shares a=%d b=%d add up to more than the limit", time.Since(cut), sa, sb)
+		}
+		if aStatic == 0 && sa <= 500000 {
+			aStatic = time.Since(cut)
+		}
+		if bStatic == 0 && sb == 500000 {
+			bStatic = time.Since(cut)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("after the cut: a's share static after %s, b's after %s (interval 200ms)", aStatic, bStatic)
+	if aStatic == 0 || aStatic > (holdSteps+2)*200*time.Millisecond {
+		t.Errorf("a's share back to static after %s, want within %d intervals", aStatic, holdSteps+2)
+	}
+	if bStatic == 0 || bStatic > (staticSteps+2)*200*time.Millisecond || bStatic < aStatic {
+		t.Errorf("b's share back to static after %s (a's after %s), want after a's and within %d intervals", bStatic, aStatic, staticSteps+2)
+	}
+}
+
+// Policies that fail closed hold the static split, and the local fallback
+// divides the static share, not the limit.
+func TestRegionStaticForFailClosedAndFallback(t *testing.T) {
+	class := uniqueName("region")
+	a, _, ra, _ := regionPair(t, class, func(c *Config) {
+		c.Rules = []Rule{{Name: "login", PathPrefix: "/login", Average: 10, Period: "1m", Burst: 10, FailureMode: "closed"}}
+	})
+	got := admitted(a, 20, "POST", "/login", "X-API-Key", "hot")
+	time.Sleep(600 * time.Millisecond) // three intervals: an exchange would have moved it
+	got += admitted(a, 20, "POST", "/login", "X-API-Key", "hot")
+	if got != 5 {
+		t.Errorf("fail-closed login, 10 a minute, two regions: %d admitted, want 5 (the static half)", got)
+	}
+	if s := shareIn(t, ra, hashKey(class+"\x00h:hot")+":login"); s != 0 {
+		t.Errorf("the fail-closed rule's share is tracked: %d", s)
+	}
+	// Redis unreachable: the fallback's bucket is half the limit (one pod).
+	down := handlerOn(t, "127.0.0.1:1", func(c *Config) {
+		c.Class = uniqueName("region")
+		c.Average, c.Period, c.Burst = 50, "1m", 50
+		c.Region = &RegionConfig{Name: "a", Interval: "200ms", Peers: []PeerConfig{{Name: "b", Endpoints: []string{"127.0.0.1:2"}}}}
+	})
+	if got := admitted(down, 60, "GET", "/", "X-API-Key", "k"); got != 25 {
+		t.Errorf("local fallback in one of two regions: %d admitted of a burst of 50, want 25", got)
+	}
+}
+
+// Headers stay truthful: RateLimit-Policy keeps the global quota, RateLimit
+// counts what this region can still admit.
+func TestRegionHeaders(t *testing.T) {
+	a, _, _, _ := regionPair(t, uniqueName("region"), nil)
+	rec := serve(a, "k")
+	if p := rec.Header().Get("RateLimit-Policy"); !strings.Contains(p, "q=50") {
+		t.Errorf("RateLimit-Policy %q, want the global q=50", p)
+	}
+	if r := rec.Header().Get("RateLimit"); !strings.Contains(r, "r=24;") {
+		t.Errorf("RateLimit %q, want r=24 (half the burst of 50, less this request)", r)
 	}
 }

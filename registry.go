@@ -121,6 +121,9 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 	}
 	if b, ok := r.backends[key]; ok {
 		atomic.StoreInt64(&b.lastUsed, now)
+		if set.poolSize == 0 {
+			return b, nil // a peer region's Redis, for the exchange only: the checks' settings stay
+		}
 		for _, c := range b.clients() {
 			c.setPoolSize(set.poolSize)
 		}
