@@ -264,7 +264,9 @@ func (x *exchanger) exchange(rs *regionSettings, slot int64) bool {
 		x.tracked = map[string]*keyShares{}
 		x.views = make([]peerView, len(rs.peers))
 		for i := range x.views {
-			x.views[i] = peerView{heard: slot - healthySteps, acked: slot - healthySteps}
+			// Unheard until a peer's report changes: no share grows
+			// in a new leader's first exchange.
+			x.views[i] = peerView{heard: slot - healthySteps - 1, acked: slot - healthySteps - 1}
 		}
 		x.restore(rs)
 	}

@@ -372,3 +372,35 @@ func TestRegionHeaders(t *testing.T) {
 		t.Errorf("RateLimit %q, want r=24 (half the burst of 50, less this request)", r)
 	}
 }
+
+// The exchange's schedule reads the wall clock: a clock stepped back an
+// hour or forward a day neither stalls the loop nor breaks the shares.
+func TestRegionClockSteps(t *testing.T) {
+	start := time.Now()
+	sleepUntil(time.Now().Add(time.Hour).UnixNano(), int64(50*time.Millisecond))
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("sleepUntil an hour ahead slept %s, want at most two intervals", d)
+	}
+	class := uniqueName("region")
+	a, _, ra, rb := regionPair(t, class, nil)
+	bucket := hashKey(class + "\x00h:" + "hot")
+	drive(a, "hot", 5*time.Millisecond, 2*time.Second)
+	rs := a.rg.settings()
+	// A second leader on the same Redis, its clock stepped: an hour back,
+	// then a day ahead.
+	x := &exchanger{own: a.be, peers: a.rg.peers, notes: map[string]int64{}, peerUp: make([]int32, len(rs.peers))}
+	slot := time.Now().UnixNano() / int64(rs.interval)
+	for _, s := range []int64{slot - int64(time.Hour/rs.interval), slot + int64(24*time.Hour/rs.interval), slot} {
+		x.exchange(rs, s)
+		sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket)
+		if sa == 0 {
+			sa = 500000
+		}
+		if sb == 0 {
+			sb = 500000
+		}
+		if sa+sb > ppm || sa < 50000 || sb < 50000 {
+			t.Errorf("slot %+d: shares a=%d b=%d", s-slot, sa, sb)
+		}
+	}
+}
