@@ -100,11 +100,32 @@ func ProbeSetup(addr string, rw http.ResponseWriter, next http.Handler) error {
 	probeRefused = hc.(*Tollgate)
 	probeRefused.ServeHTTP(probeRW, probeReq) // the one token
 	probeRefused.ServeHTTP(probeRW, probeReq) // refused by Redis: in the deny cache for an hour
+	cfg = probeConfig(addr)
+	cfg.Region = &RegionConfig{Name: "probe", Peers: []PeerConfig{{Name: "elsewhere", Endpoints: []string{"127.0.0.1:1"}}}}
+	hr, err := New(context.Background(), next, cfg, "probe-region")
+	if err != nil {
+		return err
+	}
+	probeRegion = hr.(*Tollgate)
+	for i := 0; i < 2000; i++ {
+		probeRegion.ServeHTTP(probeRW, probeReq)
+	}
 	return minimalSetup(addr, cmd.shaHead, cmd.tail)
 }
 
 // probeRefused refuses probeReq's client from its deny cache.
 var probeRefused *Tollgate
+
+// probeRegion is probeT's limit in one of two regions.
+var probeRegion *Tollgate
+
+// ProbeServeRegion is ServeHTTP admitted by Redis with a region
+// configured: the script reads the key's share; the request notes nothing.
+func ProbeServeRegion(n int) {
+	for i := 0; i < n; i++ {
+		probeRegion.ServeHTTP(probeRW, probeReq)
+	}
+}
 
 // ProbeServeRefused is ServeHTTP for a client over its limit, refused
 // from the deny cache (a flood's path: no Redis call).
@@ -399,6 +420,7 @@ var stages = []stage{
 	{name: "ProbeDecode", what: "decode: the reply line"},
 	{name: "ProbeServeOpen", what: "ServeHTTP, breaker open: the local fallback (everything)", core: true},
 	{name: "ProbeServeRefused", what: "ServeHTTP, refused from the deny cache (429, no Redis call)", core: true},
+	{name: "ProbeServeRegion", what: "ServeHTTP, admitted by Redis, in one of two regions (the share read in the script)"},
 	{name: "ProbeDecideOpen", what: "decide, breaker open: key, breaker, fallback"},
 	{name: "ProbeFallback", what: "fallback: the local bucket (no Redis)"},
 	{name: "ProbeLocalTake", what: "localBuckets.take: one bucket"},
