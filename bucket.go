@@ -124,7 +124,13 @@ func ceilMS(us float64) int64 { return int64(math.Ceil((us - 1e-3) / 1000)) }
 //	             the hash KEYS[i]..'!r' then holds it (field s, ppm) when the
 //	             exchange tracks the key, and counts the tokens asked (n);
 //	             negative when it stays static. The bucket is charged at
-//	             its share: interval/share, burst*share.
+//	             its share: interval/share, burst*share. Its TAT needs no
+//	             change when the share shrinks (its fill fraction is kept,
+//	             so its tokens shrink with it); when the share has grown
+//	             since the bucket was last charged (field a: the share it
+//	             was charged at), its TAT is moved so that it keeps its
+//	             tokens: a share grows in rate and capacity, never in
+//	             tokens at once (TestRegionGrowthKeepsTokens).
 //	reply        status "allowed remaining_1 wait_ms_1 full_ms_1 ...", one
 //	             line of decimal integers (allowed 1|0), so that the client
 //	             reads one line and parses it with one call
@@ -144,7 +150,7 @@ if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
 local n = #KEYS
-local iv, burst, cost, cap, slack, s, clamped = {}, {}, {}, {}, {}, {}, {}
+local iv, burst, cost, cap, slack, s, clamped, kept = {}, {}, {}, {}, {}, {}, {}, {}
 local ok = 1
 local region = #ARGV > 3*n
 for i = 1, n do
@@ -155,10 +161,16 @@ for i = 1, n do
     local sh = tonumber(ARGV[3*n+i])
     if sh > 0 then
       local rk = KEYS[i] .. '!r'
-      local v = tonumber(redis.call('HGET', rk, 's'))
-      if v then
+      local r = redis.call('HMGET', rk, 's', 'a')
+      local v = tonumber(r[1])
+      if v and v > 0 and v <= 1000000 then
         redis.call('HINCRBY', rk, 'n', math.floor(cost[i]))
-        if v > 0 and v <= 1000000 then sh = v end
+        local was = tonumber(r[2]) or sh
+        if was ~= v then
+          redis.call('HSET', rk, 'a', v)
+          if v > was and was > 0 then kept[i] = was / v end
+        end
+        sh = v
       end
     else
       sh = -sh
@@ -174,6 +186,7 @@ for i = 1, n do
   if v then tat = v / 64 end
   clamped[i] = false
   if tat < now then tat = now elseif tat > now + cap[i] then tat = now + cap[i]; clamped[i] = true end
+  if kept[i] then tat = now + cap[i] - (now + cap[i] - tat) * kept[i]; clamped[i] = true end
   s[i] = tat
   if tat + iv[i] * cost[i] - now > cap[i] + slack[i] then ok = 0 end
 end

@@ -367,7 +367,12 @@ func (x *exchanger) exchange(rs *regionSettings, slot int64) bool {
 		c := change{key: k, share: next, was: was, n: counted[k]}
 		untrack := next == rs.static && ks.demand == 0 && othersIdle
 		if untrack {
-			c.share = 0
+			// Back to static from above, the hash goes; from below, it
+			// says static until it lapses, so that the bucket's next
+			// charge sees its share grow and keeps its tokens.
+			if was >= rs.static {
+				c.share = 0
+			}
 			delete(x.tracked, k)
 		} else {
 			ks.share = next
@@ -537,7 +542,7 @@ func (x *exchanger) writeShares(ops []shareOp) error {
 			continue
 		}
 		b := byNode[c]
-		if op.share == 0 {
+		if op.share == 0 { // back to static from above it: the hash goes
 			b = appendCommand(b, "DEL", op.key)
 			count[c]++
 		} else {

@@ -404,3 +404,31 @@ func TestRegionClockSteps(t *testing.T) {
 		}
 	}
 }
+
+// A share that grows adds rate and capacity, not tokens: the bucket keeps
+// the tokens it had; a share that shrinks keeps the bucket's fill
+// fraction (its tokens shrink with it). The real script on redis-server.
+func TestRegionGrowthKeepsTokens(t *testing.T) {
+	addr := startLiveRedis(t)
+	key := "tg{growth-test}"
+	charge := func() (ok, remaining string) {
+		// 50 a second, burst 50, cost 1, static share 0.5.
+		v := redisCmd(t, addr, "EVAL", bucketScript, "1", key, "20000", "50", "1", "500000")
+		f := strings.Fields(v[0])
+		return f[0], f[1]
+	}
+	redisCmd(t, addr, "HSET", key+"!r", "s", "500000")
+	if ok, r := charge(); ok != "1" || r != "24" {
+		t.Fatalf("at the static share: %s %s, want 1 24 (25 tokens, one taken)", ok, r)
+	}
+	redisCmd(t, addr, "HSET", key+"!r", "s", "950000")
+	if ok, r := charge(); ok != "1" || r != "23" {
+		t.Errorf("after growing to 0.95: %s %s, want 1 23 (the 24 tokens kept, not 0.95 x 50)", ok, r)
+	}
+	redisCmd(t, addr, "HSET", key+"!r", "s", "100000")
+	if ok, r := charge(); ok != "1" || r != "1" {
+		// 23 of 47.5 tokens is a fill fraction of 0.48; at 0.1 (5 tokens)
+		// that is 2.4, less this request: 1.4.
+		t.Errorf("after shrinking to 0.1: %s %s, want 1 1 (the fill fraction kept)", ok, r)
+	}
+}
