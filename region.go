@@ -244,7 +244,7 @@ func nextShare(rs *regionSettings, k *keyShares, silent int) int64 {
 	}
 	target := rs.static
 	if total > 0 {
-		target = rs.floor + int64(math.Floor(float64(ppm-floors)*k.demand/total))
+		target = rs.floor + int64(math.Round(float64(ppm-floors)*k.demand/total)) // capped by room below
 	}
 	next := target
 	if next > room {
