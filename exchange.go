@@ -271,10 +271,18 @@ func (x *exchanger) exchange(rs *regionSettings, slot int64) bool {
 		x.restore(rs)
 	}
 	x.leadSlot = slot
-	// 1. The peers' reports.
-	silent := 0
+	// 1. The peers' reports, read at once: a peer that does not answer
+	// delays the exchange by its timeout, not by the sum of them.
+	reps := make([]*report, len(rs.peers))
+	var wg sync.WaitGroup
 	for i, p := range rs.peers {
-		rep := x.readPeer(i, p.name)
+		wg.Add(1)
+		go x.readPeerInto(&wg, reps, i, p.name)
+	}
+	wg.Wait()
+	silent := 0
+	for i := range rs.peers {
+		rep := reps[i]
 		v := &x.views[i]
 		if rep != nil {
 			atomic.StoreInt32(&x.peerUp[i], 1)
@@ -424,6 +432,13 @@ func (x *exchanger) restore(rs *regionSettings) {
 	for k, v := range rep.keys {
 		x.tracked[k] = &keyShares{demand: v.demand, share: v.share}
 	}
+}
+
+// readPeerInto is readPeer into reps[i], for a goroutine of wg.
+func (x *exchanger) readPeerInto(wg *sync.WaitGroup, reps []*report, i int, name string) {
+	defer wg.Done()
+	defer func() { _ = recover() }()
+	reps[i] = x.readPeer(i, name)
 }
 
 // readPeer reads peer i's report from its Redis; nil when it cannot be
