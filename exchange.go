@@ -34,6 +34,7 @@ package tollgate
 import (
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,7 +65,7 @@ type exchanger struct {
 	dropped int32 // 1 once the registry forgot it
 
 	notesMu sync.Mutex
-	notes   map[string]int64 // bucket key -> tokens refused from memory (+1 per pressing check)
+	notes   map[string]int64 // noteField -> tokens
 
 	// The leader's state, used by the loop's goroutine only.
 	leadSlot int64 // the slot of the last exchange led; 0: not leading
@@ -184,27 +185,32 @@ func sleepUntil(ns, iv int64) {
 
 // note records, for the exchange, the buckets of set for client key that
 // pressed in decision d (refused, or fewer than a fifth of their burst
-// left), so that the exchange tracks them, with the tokens refused from
-// memory (cached: the deny cache's refusal, which Redis never counts).
-// Rules keyed their own way and policies that fail closed hold the static
-// share, and are not noted.
+// left), so that the exchange tracks them, with the tokens asked. Those
+// refused from memory (cached: the deny cache's, which Redis never
+// counts) are noted under the bucket's key; those Redis decided under
+// the key and " r", and count only until the key is tracked (then the
+// script counts them). Rules keyed their own way and policies that fail
+// closed hold the static share, and are not noted.
 func (x *exchanger) note(set *policySet, key string, d []int64, cached bool) {
 	for i, p := range set.ps {
 		if p.regionPPM <= 0 || (d[2+3*i] == 0 && 5*d[1+3*i] >= int64(p.shard.burst)) {
 			continue
 		}
-		var n int64
-		if cached {
-			n = int64(p.shard.cost)
-		}
 		k := key + p.keySuffix
+		if !cached {
+			k += freshSuffix
+		}
 		x.notesMu.Lock()
 		if _, ok := x.notes[k]; ok || len(x.notes) < maxNotes {
-			x.notes[k] += n
+			x.notes[k] += int64(p.shard.cost)
 		}
 		x.notesMu.Unlock()
 	}
 }
+
+// freshSuffix marks a note of tokens Redis decided (note); a bucket key
+// holds no space.
+const freshSuffix = " r"
 
 // Keys of a region in its own Redis; one hash tag, so one Cluster slot.
 func leadKey(region string) string     { return "tg{rg:" + region + "}:lead" }
@@ -306,7 +312,8 @@ func (x *exchanger) exchange(rs *regionSettings, slot int64) bool {
 	}
 	// 2. What pressed here, and the demand counted beside each bucket.
 	hk := hotKey(rs.name)
-	hot := map[string]float64{}
+	hot := map[string]float64{}   // tokens refused from the pods' memory, by key
+	fresh := map[string]float64{} // tokens Redis decided, noted before the key was tracked
 	// The hot hash, taken whole: renamed aside, read and deleted, while
 	// the pods' next notes start a new one.
 	taking := hk + ":taking"
@@ -319,8 +326,15 @@ func (x *exchanger) exchange(rs *regionSettings, slot int64) bool {
 	}
 	pairs := r[1]
 	for i := 0; i+1 < len(pairs); i += 2 {
-		if n, err := strconv.ParseFloat(pairs[i+1], 64); err == nil && n >= 0 && bucketKeyOK(pairs[i]) {
-			hot[pairs[i]] = n
+		k, into := pairs[i], hot
+		if strings.HasSuffix(k, freshSuffix) {
+			k, into = k[:len(k)-len(freshSuffix)], fresh
+		}
+		if n, err := strconv.ParseFloat(pairs[i+1], 64); err == nil && n >= 0 && bucketKeyOK(k) {
+			into[k] += n
+			if _, ok := hot[k]; !ok {
+				hot[k] = 0 // every key noted is a candidate
+			}
 		}
 	}
 	keys := x.candidates(rs, hot, silent)
@@ -343,11 +357,14 @@ func (x *exchanger) exchange(rs *regionSettings, slot int64) bool {
 	}
 	for _, k := range keys {
 		ks := x.tracked[k]
+		asked := float64(counted[k]) // counted by the script since the key was tracked
 		if ks == nil {
 			ks = &keyShares{}
 			x.tracked[k] = ks
+			asked = fresh[k] // not yet counted by the script
 		}
-		raw := (float64(counted[k]) + hot[k]) / elapsed
+		_, hotHere := hot[k]
+		raw := (asked + hot[k]) / elapsed
 		if ks.share == 0 && ks.demand == 0 {
 			ks.demand = raw
 		} else {
@@ -373,7 +390,7 @@ func (x *exchanger) exchange(rs *regionSettings, slot int64) bool {
 		}
 		next := nextShare(rs, ks, silent)
 		c := change{key: k, share: next, was: was, n: counted[k]}
-		untrack := next == rs.static && ks.demand == 0 && othersIdle
+		untrack := next == rs.static && ks.demand == 0 && othersIdle && !hotHere
 		if untrack {
 			// Back to static from above, the hash goes; from below, it
 			// says static until it lapses, so that the bucket's next

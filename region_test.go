@@ -432,3 +432,40 @@ func TestRegionGrowthKeepsTokens(t *testing.T) {
 		t.Errorf("after shrinking to 0.1: %s %s, want 1 1 (the fill fraction kept)", ok, r)
 	}
 }
+
+// A client split 70/30 over two regions, offering more than the limit in
+// both, gets shares near 70/30, adding up to at most 1. (Before, a key
+// Redis refused without the deny cache repeating it was never tracked:
+// both regions stayed at the static half.)
+func TestRegionSplit7030(t *testing.T) {
+	class := uniqueName("region")
+	a, b, ra, rb := regionPair(t, class, func(c *Config) { c.Average, c.Burst = 20, 20 })
+	bucket := hashKey(class + "\x00h:" + "split")
+	var wg sync.WaitGroup
+	wg.Add(2)
+	// 28/s and 12/s against 20/s: b's refusals come from Redis, seldom
+	// from its deny cache (a wait of 100 ms, a request every 83 ms).
+	go func() { defer wg.Done(); drive(a, "split", 35*time.Millisecond, 4*time.Second) }()
+	go func() { defer wg.Done(); drive(b, "split", 83*time.Millisecond, 4*time.Second) }()
+	wg.Wait()
+	sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket)
+	t.Logf("70/30: shares a=%d b=%d", sa, sb)
+	if sa < 600000 || sa > 760000 || sb < 240000 || sb > 400000 || sa+sb > ppm {
+		t.Errorf("70/30: shares a=%d b=%d, want near 680000 and 320000, at most 1 together", sa, sb)
+	}
+}
+
+// A key whose refusals all come from Redis (never from a deny cache) is
+// tracked: the tokens Redis decided before the key was tracked count.
+func TestRegionRedisRefusalsTrackAKey(t *testing.T) {
+	class := uniqueName("region")
+	a, _, ra, _ := regionPair(t, class, nil)
+	key := hashKey(class + "\x00h:" + "refused-by-redis")
+	d := []int64{0, 0, 100, 1000} // refused by Redis: no token left, 100 ms to wait
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		a.rg.note(a.top, key, d, false)
+	}
+	if s := shareIn(t, ra, key); s == 0 {
+		t.Errorf("a key refused by Redis for a second (5 intervals) is not tracked")
+	}
+}
