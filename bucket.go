@@ -121,8 +121,11 @@ func ceilMS(us float64) int64 { return int64(math.Ceil((us - 1e-3) / 1000)) }
 //	ARGV[3i]     cost, tokens
 //	ARGV[3n+i]   with regions only (region.go): the region's static share
 //	             of bucket i, ppm; positive when its share follows demand:
-//	             the hash KEYS[i]..'!r' then holds it (field s, ppm) when the
-//	             exchange tracks the key, and counts the tokens asked (n);
+//	             the hash KEYS[i]..'}s' then holds it (field s, ppm) when the
+//	             exchange tracks the key, counts the tokens asked (n) and
+//	             says the limit's rate (g, tokens per second); anything
+//	             else there (garbage, another type) leaves the bucket at
+//	             its static share, never fails the check;
 //	             negative when it stays static. The bucket is charged at
 //	             its share: interval/share, burst*share. Its TAT needs no
 //	             change when the share shrinks (its fill fraction is kept,
@@ -160,16 +163,18 @@ for i = 1, n do
   if region then
     local sh = tonumber(ARGV[3*n+i])
     if sh > 0 then
-      local rk = KEYS[i] .. '!r'
-      local r = redis.call('HMGET', rk, 's', 'a')
-      local v = tonumber(r[1])
-      if v and v > 0 and v <= 1000000 then
-        redis.call('HINCRBY', rk, 'n', math.floor(cost[i]))
+      local rk = KEYS[i] .. '}s'
+      local r = redis.pcall('HMGET', rk, 's', 'a', 'g')
+      local v = type(r) == 'table' and tonumber(r[1])
+      if v and v >= 1 and v <= 1000000 and v == math.floor(v) then
+        redis.pcall('HINCRBY', rk, 'n', math.floor(cost[i]))
         local was = tonumber(r[2]) or sh
         if was ~= v then
-          redis.call('HSET', rk, 'a', v)
+          redis.pcall('HSET', rk, 'a', v)
           if v > was and was > 0 then kept[i] = was / v end
         end
+        local g = string.format('%.17g', 1000000 / iv[i])
+        if r[3] ~= g then redis.pcall('HSET', rk, 'g', g) end
         sh = v
       end
     else

@@ -44,7 +44,12 @@ import (
 const (
 	maxExchangers  = 16
 	exchangerStale = 30 * time.Second
-	maxNotes       = 256 // keys one pod notes per interval
+	maxNotes       = 256  // keys one pod notes per interval
+	maxHotRead     = 4096 // notes the leader reads per interval
+	// retireBelow: a key whose every region asks for at most this part
+	// of its static share of the rate goes back to static and is no
+	// longer tracked.
+	retireBelow = 0.5
 	// demandWeight is the weight of the last interval in a key's demand,
 	// an exponential average: a client that moves region is followed
 	// within about three intervals.
@@ -69,6 +74,7 @@ type exchanger struct {
 
 	// The leader's state, used by the loop's goroutine only.
 	leadSlot int64 // the slot of the last exchange led; 0: not leading
+	leadAt   int64 // monotonic ns of that exchange
 	tracked  map[string]*keyShares
 	views    []peerView
 
@@ -84,8 +90,8 @@ type exchanger struct {
 // peerView is the leader's knowledge of a peer.
 type peerView struct {
 	rep   *report // the last report read; nil: none
-	heard int64   // slot its report last changed
-	acked int64   // slot it last acknowledged one of our recent reports
+	heard int64   // monotonic ns its report last changed
+	acked int64   // monotonic ns it last acknowledged one of our recent reports
 }
 
 // exchangerFor returns the exchange of rs on own, creating it on first
@@ -96,16 +102,15 @@ func (r *registry) exchangerFor(rs *regionSettings, own *backend) (*exchanger, e
 	defer r.regionsMu.Unlock()
 	x, ok := r.regions[rs.key]
 	if !ok {
-		if len(r.regions) >= maxExchangers {
-			for k, old := range r.regions {
-				if now-atomic.LoadInt64(&old.bound) > int64(exchangerStale) {
-					atomic.StoreInt32(&old.dropped, 1)
-					delete(r.regions, k)
+		if len(r.regions) >= maxExchangers { // the least recently bound goes
+			var oldest *exchanger
+			for _, old := range r.regions {
+				if oldest == nil || atomic.LoadInt64(&old.bound) < atomic.LoadInt64(&oldest.bound) {
+					oldest = old
 				}
 			}
-			if len(r.regions) >= maxExchangers {
-				return nil, errTooManyRegions
-			}
+			atomic.StoreInt32(&oldest.dropped, 1)
+			delete(r.regions, oldest.key)
 		}
 		x = &exchanger{key: rs.key, own: own, notes: map[string]int64{}}
 		for _, p := range rs.peers {
@@ -116,6 +121,16 @@ func (r *registry) exchangerFor(rs *regionSettings, own *backend) (*exchanger, e
 			x.peers = append(x.peers, b)
 		}
 		x.peerUp = make([]int32, len(rs.peers))
+		// A reload that changed this region's settings replaces its
+		// exchange: the old one's loop ends (one exchange per region and
+		// Redis in a process; of two middlewares that disagree, the
+		// latest built wins).
+		for k, old := range r.regions {
+			if old.own == own && old.settings().name == rs.name {
+				atomic.StoreInt32(&old.dropped, 1)
+				delete(r.regions, k)
+			}
+		}
 		r.regions[rs.key] = x
 	}
 	x.mu.Lock()
@@ -150,6 +165,7 @@ func (x *exchanger) loop() {
 		atomic.StoreInt32(&x.leading, 0)
 		atomic.StoreInt32(&x.running, 0)
 	}()
+	x.leadSlot = 0 // a loop started again starts as a new leader would
 	for !x.stale() {
 		rs := x.settings()
 		iv := int64(rs.interval)
@@ -163,7 +179,7 @@ func (x *exchanger) loop() {
 		}
 		atomic.StoreInt32(&x.leading, 1)
 		sleepUntil(slot*iv+iv*int64(25+50*rs.order/rs.regions)/100, iv)
-		if x.exchange(rs, slot) {
+		if x.exchange(rs, slot, monotonic()) {
 			atomic.AddInt64(&x.exchangesOK, 1)
 		} else {
 			atomic.AddInt64(&x.exchangesKO, 1)
@@ -184,8 +200,9 @@ func sleepUntil(ns, iv int64) {
 }
 
 // note records, for the exchange, the buckets of set for client key that
-// pressed in decision d (refused, or fewer than a fifth of their burst
-// left), so that the exchange tracks them, with the tokens asked. Those
+// pressed in decision d (refused, or emptied: no whole token left, whatever
+// the region's share of the burst), so that the exchange tracks them,
+// with the tokens asked. Those
 // refused from memory (cached: the deny cache's, which Redis never
 // counts) are noted under the bucket's key; those Redis decided under
 // the key and " r", and count only until the key is tracked (then the
@@ -193,7 +210,7 @@ func sleepUntil(ns, iv int64) {
 // closed hold the static share, and are not noted.
 func (x *exchanger) note(set *policySet, key string, d []int64, cached bool) {
 	for i, p := range set.ps {
-		if p.regionPPM <= 0 || (d[2+3*i] == 0 && 5*d[1+3*i] >= int64(p.shard.burst)) {
+		if p.regionPPM <= 0 || (d[2+3*i] == 0 && d[1+3*i] > 0) {
 			continue
 		}
 		k := key + p.keySuffix
@@ -218,7 +235,7 @@ func hotKey(region string) string      { return "tg{rg:" + region + "}:hot" }
 func reportKeyOf(region string) string { return "tg{rg:" + region + "}:report" }
 
 // shareKey is the hash beside a bucket that holds its share and demand.
-func shareKey(bucket string) string { return bucket + "!r" }
+func shareKey(bucket string) string { return bucket + "}s" }
 
 // flush adds the pod's notes to the region's hot hash.
 func (x *exchanger) flush(rs *regionSettings) {
@@ -259,26 +276,79 @@ func (x *exchanger) lead(rs *regionSettings) bool {
 	return err == nil && len(r[0]) == 1 && r[0][0] == "1"
 }
 
-// exchange runs the leader's exchange of slot; it reports success.
-func (x *exchanger) exchange(rs *regionSettings, slot int64) bool {
-	first := x.leadSlot == 0
+// exchange runs the leader's exchange of slot at now (monotonic ns); it
+// reports success.
+func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
+	iv := int64(rs.interval)
 	elapsed := rs.interval.Seconds()
-	if !first && slot > x.leadSlot {
-		elapsed = float64(slot-x.leadSlot) * rs.interval.Seconds()
-	}
-	if first {
+	if x.leadSlot == 0 {
 		x.tracked = map[string]*keyShares{}
 		x.views = make([]peerView, len(rs.peers))
 		for i := range x.views {
 			// Unheard until a peer's report changes: no share grows
 			// in a new leader's first exchange.
-			x.views[i] = peerView{heard: slot - healthySteps - 1, acked: slot - healthySteps - 1}
+			x.views[i] = peerView{heard: now - (healthySteps+1)*iv, acked: now - (healthySteps+1)*iv}
 		}
 		x.restore(rs)
+	} else if d := now - x.leadAt; d > 0 && d < 10*iv {
+		elapsed = float64(d) / 1e9
 	}
-	x.leadSlot = slot
-	// 1. The peers' reports, read at once: a peer that does not answer
-	// delays the exchange by its timeout, not by the sum of them.
+	x.leadSlot, x.leadAt = slot, now
+	silent := x.hearPeers(rs, slot, now)
+	hot, fresh, err := x.takeHot(rs)
+	if err != nil {
+		return false
+	}
+	keys := x.candidates(rs, hot, silent)
+	counted, rates, err := x.readCounts(keys)
+	if err != nil {
+		return false
+	}
+	rep := &report{region: rs.name, seq: slot, acks: map[string]int64{}, keys: map[string]reportKey{}}
+	for i, p := range rs.peers {
+		if v := x.views[i].rep; v != nil {
+			rep.acks[p.name] = v.seq
+		}
+	}
+	var shrink, grow []shareOp
+	for _, k := range keys {
+		asked := float64(counted[k]) // counted by the script since the key was tracked
+		if x.tracked[k] == nil {
+			asked = fresh[k] // not yet counted by the script
+		}
+		if asked < 0 {
+			asked = 0
+		}
+		_, hotHere := hot[k]
+		op, grows := x.decideKey(rs, rep, k, (asked+hot[k])/elapsed, rates[k], hotHere, silent)
+		op.taken = counted[k]
+		if grows {
+			grow = append(grow, op)
+		} else {
+			shrink = append(shrink, op)
+		}
+	}
+	atomic.StoreInt64(&x.trackedN, int64(len(x.tracked)))
+	// Shrink, publish, grow.
+	if err := x.writeShares(shrink); err != nil {
+		return false
+	}
+	body := encodeReport(rep)
+	atomic.StoreInt64(&x.reportBytes, int64(len(body)))
+	rk := reportKeyOf(rs.name)
+	if _, err := x.own.sideDo(rk, appendCommand(nil, "SET", rk, string(body), "PX", strconv.FormatInt(int64(shrinkTTLSteps*rs.interval/time.Millisecond), 10)), 1); err != nil {
+		return false
+	}
+	return x.writeShares(grow) == nil
+}
+
+// hearPeers reads the peers' reports at once (a peer that does not
+// answer delays the exchange by its timeout, not by the sum of them) and
+// returns the longest silence among them, in whole intervals: since its
+// report last changed, or since it last acknowledged one of ours,
+// measured on the monotonic clock (a wall clock stepped back hides no
+// silence).
+func (x *exchanger) hearPeers(rs *regionSettings, slot, now int64) int {
 	reps := make([]*report, len(rs.peers))
 	var wg sync.WaitGroup
 	for i, p := range rs.peers {
@@ -293,145 +363,154 @@ func (x *exchanger) exchange(rs *regionSettings, slot int64) bool {
 		if rep != nil {
 			atomic.StoreInt32(&x.peerUp[i], 1)
 			if v.rep != nil && rep.seq != v.rep.seq {
-				v.heard = slot
+				v.heard = now
 			}
 			if a, ok := rep.acks[rs.name]; ok && a >= slot-ackSteps && a <= slot {
-				v.acked = slot
+				v.acked = now
 			}
 			v.rep = rep
 		} else {
 			atomic.StoreInt32(&x.peerUp[i], 0)
 		}
-		s := slot - v.heard
-		if slot-v.acked > s {
-			s = slot - v.acked
+		last := v.heard
+		if v.acked < last {
+			last = v.acked
 		}
-		if int(s) > silent {
-			silent = int(s)
+		if s := int((now - last) / int64(rs.interval)); s > silent {
+			silent = s
 		}
 	}
-	// 2. What pressed here, and the demand counted beside each bucket.
+	return silent
+}
+
+// takeHot takes the region's hot hash: renamed aside, read and deleted,
+// while the pods' next notes start a new one. At most maxHotRead fields
+// are read (a random sample of a bigger hash: many pods, or a flood of
+// client keys, cost some keys an interval, never the exchange). hot holds
+// every key noted, with the tokens refused from the pods' memory; fresh
+// the tokens Redis decided.
+func (x *exchanger) takeHot(rs *regionSettings) (hot, fresh map[string]float64, err error) {
 	hk := hotKey(rs.name)
-	hot := map[string]float64{}   // tokens refused from the pods' memory, by key
-	fresh := map[string]float64{} // tokens Redis decided, noted before the key was tracked
-	// The hot hash, taken whole: renamed aside, read and deleted, while
-	// the pods' next notes start a new one.
 	taking := hk + ":taking"
 	b := appendCommand(nil, "RENAME", hk, taking)
-	b = appendCommand(b, "HGETALL", taking)
+	b = appendCommand(b, "HRANDFIELD", taking, strconv.Itoa(maxHotRead), "WITHVALUES")
 	b = appendCommand(b, "DEL", taking)
 	r, err := x.own.sideDo(hk, b, 3)
 	if err != nil {
-		return false
+		return nil, nil, err
 	}
+	hot, fresh = map[string]float64{}, map[string]float64{}
 	pairs := r[1]
 	for i := 0; i+1 < len(pairs); i += 2 {
 		k, into := pairs[i], hot
 		if strings.HasSuffix(k, freshSuffix) {
 			k, into = k[:len(k)-len(freshSuffix)], fresh
 		}
-		if n, err := strconv.ParseFloat(pairs[i+1], 64); err == nil && n >= 0 && bucketKeyOK(k) {
+		if n, err := strconv.ParseFloat(pairs[i+1], 64); err == nil && n >= 0 && n < 1e15 && bucketKeyOK(k) {
 			into[k] += n
 			if _, ok := hot[k]; !ok {
 				hot[k] = 0 // every key noted is a candidate
 			}
 		}
 	}
-	keys := x.candidates(rs, hot, silent)
-	counted, err := x.readCounts(keys)
-	if err != nil {
-		return false
+	return hot, fresh, nil
+}
+
+// decideKey moves key k's state with the demand asked here this interval
+// (tokens per second) and the limit's rate (0: unknown), adds it to rep
+// unless it is no longer tracked, and returns the write of its share and
+// whether it grows.
+func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, rate float64, hotHere bool, silent int) (shareOp, bool) {
+	ks := x.tracked[k]
+	if ks == nil {
+		ks = &keyShares{demand: asked}
+		x.tracked[k] = ks
+	} else {
+		ks.demand = demandWeight*asked + (1-demandWeight)*ks.demand
 	}
-	// 3. The shares.
-	type change struct {
-		key        string
-		share, was int64
-		n          int64
+	if ks.demand < 1e-3 {
+		ks.demand = 0
 	}
-	var shrink, grow []change
-	rep := &report{region: rs.name, seq: slot, acks: map[string]int64{}, keys: map[string]reportKey{}}
+	ks.peerD = make([]float64, len(rs.peers))
+	ks.peerPub = make([]int64, len(rs.peers))
+	othersStatic := true
+	// The limit's rate: as the script here wrote it, else as a peer's
+	// did (a region with no traffic for the key has not charged it).
+	if rate > 0 {
+		ks.rate = rate
+	}
+	for i := range rs.peers {
+		if v := x.views[i].rep; v != nil && ks.rate == 0 {
+			ks.rate = v.keys[k].rate
+		}
+	}
+	// Retiring: every region asks for at most half its static share of
+	// the rate, so the static split serves the key.
+	retiring := ks.rate > 0 && ks.demand <= retireBelow*float64(rs.static)/ppm*ks.rate
 	for i, p := range rs.peers {
 		if v := x.views[i].rep; v != nil {
-			rep.acks[p.name] = v.seq
-		}
-	}
-	for _, k := range keys {
-		ks := x.tracked[k]
-		asked := float64(counted[k]) // counted by the script since the key was tracked
-		if ks == nil {
-			ks = &keyShares{}
-			x.tracked[k] = ks
-			asked = fresh[k] // not yet counted by the script
-		}
-		_, hotHere := hot[k]
-		raw := (asked + hot[k]) / elapsed
-		if ks.share == 0 && ks.demand == 0 {
-			ks.demand = raw
-		} else {
-			ks.demand = demandWeight*raw + (1-demandWeight)*ks.demand
-		}
-		if ks.demand < 1e-3 {
-			ks.demand = 0
-		}
-		ks.peerD = make([]float64, len(rs.peers))
-		ks.peerPub = make([]int64, len(rs.peers))
-		othersIdle := true
-		for i := range rs.peers {
-			if v := x.views[i].rep; v != nil {
-				if pk, ok := v.keys[k]; ok {
-					ks.peerD[i], ks.peerPub[i] = pk.demand, pk.share
-					othersIdle = othersIdle && pk.demand == 0 && pk.share == rs.peers[i].static
-				}
+			if pk, ok := v.keys[k]; ok {
+				ks.peerD[i], ks.peerPub[i] = pk.demand, pk.share
+				othersStatic = othersStatic && pk.share == p.static
+				retiring = retiring && pk.demand <= retireBelow*float64(p.static)/ppm*ks.rate
 			}
 		}
-		was := ks.share
-		if was == 0 {
-			was = rs.static
-		}
-		next := nextShare(rs, ks, silent)
-		c := change{key: k, share: next, was: was, n: counted[k]}
-		untrack := next == rs.static && ks.demand == 0 && othersIdle && !hotHere
-		if untrack {
-			// Back to static from above, the hash goes; from below, it
-			// says static until it lapses, so that the bucket's next
-			// charge sees its share grow and keeps its tokens.
-			if was >= rs.static {
-				c.share = 0
-			}
-			delete(x.tracked, k)
-		} else {
-			ks.share = next
-			rep.keys[k] = reportKey{demand: ks.demand, share: next}
-		}
-		if next > was {
-			grow = append(grow, c)
-		} else {
-			shrink = append(shrink, c)
-		}
 	}
-	atomic.StoreInt64(&x.trackedN, int64(len(x.tracked)))
-	// 4. Shrink, publish, grow.
-	writes := func(cs []change) error {
-		var ops []shareOp
-		for _, c := range cs {
-			ttl := shrinkTTLSteps * rs.interval
-			if c.share > rs.static {
-				ttl = growTTLSteps * rs.interval
-			}
-			ops = append(ops, shareOp{key: shareKey(c.key), share: c.share, taken: c.n, ttlMS: int64(ttl / time.Millisecond)})
+	was := ks.share
+	if was == 0 {
+		was = rs.static
+	}
+	next := nextShare(rs, ks, silent)
+	if retiring && silent <= holdSteps {
+		next = retireShare(rs, ks, was, silent)
+	}
+	op := shareOp{key: shareKey(k), share: next, ttlMS: int64(shrinkTTLSteps * rs.interval / time.Millisecond)}
+	if next > rs.static {
+		op.ttlMS = int64(growTTLSteps * rs.interval / time.Millisecond)
+	}
+	if next == rs.static && othersStatic && !hotHere && (ks.demand == 0 || retiring) {
+		// Untracked. Back to static from above, the hash goes; from
+		// below, it says static until it lapses, so that the bucket's
+		// next charge sees its share grow and keeps its tokens.
+		if was >= rs.static {
+			op.share = 0
 		}
-		return x.writeShares(ops)
+		delete(x.tracked, k)
+	} else {
+		ks.share = next
+		rep.keys[k] = reportKey{demand: ks.demand, share: next, rate: ks.rate}
 	}
-	if err := writes(shrink); err != nil {
-		return false
+	return op, next > was
+}
+
+// roomFor is what the peers' published shares of k leave, ppm.
+func roomFor(rs *regionSettings, ks *keyShares) int64 {
+	room := int64(ppm)
+	for i, p := range rs.peers {
+		pub := ks.peerPub[i]
+		if pub <= 0 {
+			pub = p.static
+		}
+		room -= pub
 	}
-	body := encodeReport(rep)
-	atomic.StoreInt64(&x.reportBytes, int64(len(body)))
-	rk := reportKeyOf(rs.name)
-	if _, err := x.own.sideDo(rk, appendCommand(nil, "SET", rk, string(body), "PX", strconv.FormatInt(int64(shrinkTTLSteps*rs.interval/time.Millisecond), 10)), 1); err != nil {
-		return false
+	return room
+}
+
+// retireShare is nextShare for a key that no longer needs tracking: static,
+// growing towards it only into the room the peers left, and only while
+// every peer is heard.
+func retireShare(rs *regionSettings, ks *keyShares, was int64, silent int) int64 {
+	next := rs.static
+	if room := roomFor(rs, ks); next > room {
+		next = room
 	}
-	return writes(grow) == nil
+	if next < rs.floor {
+		next = rs.floor
+	}
+	if next > was && silent > healthySteps {
+		next = was
+	}
+	return next
 }
 
 // restore takes over the region's tracked keys from its own report, when
@@ -524,10 +603,12 @@ func (x *exchanger) candidates(rs *regionSettings, hot map[string]float64, silen
 	return keys
 }
 
-// readCounts reads the demand counted beside each key's bucket (tokens
-// since the last exchange), node by node.
-func (x *exchanger) readCounts(keys []string) (map[string]int64, error) {
-	out := make(map[string]int64, len(keys))
+// readCounts reads, beside each key's bucket, the demand counted (tokens
+// since the last exchange; -1 when what is there is not a count) and the
+// limit's rate (tokens per second, written by the script), node by node.
+func (x *exchanger) readCounts(keys []string) (map[string]int64, map[string]float64, error) {
+	counts := make(map[string]int64, len(keys))
+	rates := make(map[string]float64, len(keys))
 	byNode := map[*redisClient][]string{}
 	for _, k := range keys {
 		if c := x.own.nodeFor(k); c != nil {
@@ -537,22 +618,29 @@ func (x *exchanger) readCounts(keys []string) (map[string]int64, error) {
 	for c, ks := range byNode {
 		var b []byte
 		for _, k := range ks {
-			b = appendCommand(b, "HGET", shareKey(k), "n")
+			b = appendCommand(b, "HMGET", shareKey(k), "n", "g")
 		}
 		r, err := c.sideRun(b, len(ks))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for i, k := range ks {
-			if len(r[i]) != 1 {
-				continue
+			if len(r[i]) != 2 {
+				continue // absent (no hash yet), or an error reply
 			}
-			if n, err := strconv.ParseInt(r[i][0], 10, 64); err == nil && n > 0 {
-				out[k] = n
+			if r[i][0] != "" {
+				n, err := strconv.ParseInt(r[i][0], 10, 64)
+				if err != nil || n < 0 {
+					n = -1
+				}
+				counts[k] = n
+			}
+			if g, err := strconv.ParseFloat(r[i][1], 64); err == nil && g > 0 && g < 1e12 {
+				rates[k] = g
 			}
 		}
 	}
-	return out, nil
+	return counts, rates, nil
 }
 
 // shareOp is one write of a key's share: the tokens read are taken off its
@@ -581,6 +669,9 @@ func (x *exchanger) writeShares(ops []shareOp) error {
 			if op.taken > 0 {
 				b = appendCommand(b, "HINCRBY", op.key, "n", strconv.FormatInt(-op.taken, 10))
 				count[c]++
+			} else if op.taken < 0 { // not a count: counting starts again
+				b = appendCommand(b, "HSET", op.key, "n", "0")
+				count[c]++
 			}
 			b = appendCommand(b, "HSET", op.key, "s", strconv.FormatInt(op.share, 10))
 			b = appendCommand(b, "PEXPIRE", op.key, strconv.FormatInt(op.ttlMS, 10))
@@ -588,15 +679,11 @@ func (x *exchanger) writeShares(ops []shareOp) error {
 		}
 		byNode[c] = b
 	}
+	// A write a node refuses (MOVED while slots move; another type at the
+	// key) leaves that key as it was, until the next interval.
 	for c, b := range byNode {
-		r, err := c.sideRun(b, count[c])
-		if err != nil {
+		if _, err := c.sideRun(b, count[c]); err != nil {
 			return err
-		}
-		for _, v := range r {
-			if len(v) == 1 && len(v[0]) > 0 && v[0][0] == '-' {
-				return errBadReply // the node refused a write (MOVED, say): next interval
-			}
 		}
 	}
 	return nil

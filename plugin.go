@@ -439,7 +439,7 @@ func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	if d[0] != 1 {
 		set.denied.remember(key, d)
 	}
-	if t.rg != nil && (d[0] != 1 || d[1] < set.nearBelow) { // pressing: note's test, the first policy's part inlined
+	if t.rg != nil && (d[0] != 1 || d[1] == 0) { // pressing: note's test, the first policy's part inlined
 		t.rg.note(set, key, d, false)
 	}
 	return decidedRedis
@@ -471,7 +471,7 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 		}
 		return fallback(t, set, key, d)
 	}
-	if t.rg != nil && !set.ownKeys && (d[0] != 1 || d[1] < set.nearBelow) {
+	if t.rg != nil && !set.ownKeys && (d[0] != 1 || d[1] == 0) {
 		t.rg.note(set, rkey, d, false) // before scaleRemaining: a shard's own tokens
 	}
 	if t.set.shards > 1 {

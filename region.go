@@ -13,7 +13,7 @@ package tollgate
 //   - A key no region tracks is charged at the region's static share
 //     (weight over the weights' sum). A key that presses against its share
 //     (refused, or near the limit) is tracked: its share lives beside its
-//     bucket, in the hash <bucket>!r (s: share in parts per million; n:
+//     bucket, in the hash <bucket>}s (s: share in parts per million; n:
 //     tokens asked since the exchange last read it, counted by the
 //     script), and moves with its demand.
 //   - A share's target is its region's floor (a tenth of the static share,
@@ -205,12 +205,11 @@ const (
 // (tokens per second, averaged) and share, and each peer's, from its
 // report (-1 share: the peer does not track it, so it holds its static).
 type keyShares struct {
-	demand   float64
-	share    int64 // ppm; 0: untracked (static)
-	peerD    []float64
-	peerPub  []int64
-	hotHere  bool // pressed here this interval
-	ownCount float64
+	demand  float64
+	share   int64 // ppm; 0: untracked (static)
+	peerD   []float64
+	peerPub []int64
+	rate    float64 // the limit's, tokens per second; 0: not known yet
 }
 
 // nextShare is a key's share after this exchange (ppm), given the
@@ -264,7 +263,7 @@ func nextShare(rs *regionSettings, k *keyShares, silent int) int64 {
 //
 //	tollgate-region 1 <region> <seq>
 //	ack <peer> <the peer's seq last read>
-//	k <bucket key> <demand, millitokens per second> <share, ppm>
+//	k <bucket key> <demand, millitokens per second> <share, ppm> <the limit's rate, millitokens per second; 0: unknown>
 //
 // seq is the interval's number (Unix time over the interval), so it moves
 // on when the exchange changes hands. A key a region does not list holds
@@ -279,6 +278,7 @@ type report struct {
 type reportKey struct {
 	demand float64 // tokens per second
 	share  int64   // ppm
+	rate   float64 // the limit's, tokens per second; 0: unknown
 }
 
 // encodeReport writes r, its keys sorted (at most maxTracked, and at most
@@ -303,7 +303,7 @@ func encodeReport(r *report) []byte {
 			break
 		}
 		v := r.keys[k]
-		line := "k " + k + " " + strconv.FormatInt(int64(v.demand*1000), 10) + " " + strconv.FormatInt(v.share, 10) + "\n"
+		line := "k " + k + " " + strconv.FormatInt(int64(v.demand*1000), 10) + " " + strconv.FormatInt(v.share, 10) + " " + strconv.FormatInt(int64(v.rate*1000), 10) + "\n"
 		if len(b)+len(line) > maxReportBytes {
 			break
 		}
@@ -347,16 +347,17 @@ func parseReport(b []byte) (*report, error) {
 				return nil, errBadReport
 			}
 			r.acks[f[1]] = v
-		case f[0] == "k" && len(f) == 4 && len(r.keys) < maxTracked:
+		case f[0] == "k" && len(f) == 5 && len(r.keys) < maxTracked:
 			if !bucketKeyOK(f[1]) {
 				return nil, errBadReport
 			}
 			d, err1 := strconv.ParseInt(f[2], 10, 64)
 			s, err2 := strconv.ParseInt(f[3], 10, 64)
-			if err1 != nil || err2 != nil || d < 0 || d > 1e15 || s <= 0 || s > ppm {
+			g, err3 := strconv.ParseInt(f[4], 10, 64)
+			if err1 != nil || err2 != nil || err3 != nil || d < 0 || d > 1e15 || s <= 0 || s > ppm || g < 0 || g > 1e15 {
 				return nil, errBadReport
 			}
-			r.keys[f[1]] = reportKey{demand: float64(d) / 1000, share: s}
+			r.keys[f[1]] = reportKey{demand: float64(d) / 1000, share: s, rate: float64(g) / 1000}
 		default:
 			return nil, errBadReport
 		}

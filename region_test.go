@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -53,7 +54,7 @@ func redisCmd(t *testing.T, addr string, args ...string) []string {
 
 // shareIn reads a bucket's share in a region's Redis, ppm; 0: untracked.
 func shareIn(t *testing.T, addr, bucket string) int64 {
-	v := redisCmd(t, addr, "HGET", bucket+"!r", "s")
+	v := redisCmd(t, addr, "HGET", bucket+"}s", "s")
 	if len(v) != 1 {
 		return 0
 	}
@@ -172,16 +173,18 @@ func TestHostileReportsAreRefused(t *testing.T) {
 		"tollgate-region 2 a 1\n",
 		"tollgate-region 1 a -1\n",
 		"tollgate-region 1 a 1 extra\n",
-		"tollgate-region 1 a 1\nk tg{x} 1 0\n", // share 0
-		"tollgate-region 1 a 1\nk tg{x} 1 1000001\n",                                    // share above 1
-		"tollgate-region 1 a 1\nk tg{x} -1 10\n",                                        // negative demand
-		"tollgate-region 1 a 1\nk other 1 10\n",                                         // not a bucket key
-		"tollgate-region 1 a 1\nk tg{x\x00} 1 10\n",                                     // not printable
-		"tollgate-region 1 a 1\nk tg{x} 1e3 10\n",                                       // not an integer
-		"tollgate-region 1 a 1\nk tg{x} 1 10 more\n",                                    // extra field
-		"tollgate-region 1 a 1\nack b x\n",                                              // bad ack
-		"tollgate-region 1 a 1\nshare tg{x} 1\n",                                        // unknown line
-		"tollgate-region 1 a 1\n" + strings.Repeat("k tg{x} 1 10\n", maxReportBytes/12), // too big
+		"tollgate-region 1 a 1\nk tg{x} 1 0 0\n", // share 0
+		"tollgate-region 1 a 1\nk tg{x} 1 1000001 0\n",                                    // share above 1
+		"tollgate-region 1 a 1\nk tg{x} -1 10 0\n",                                        // negative demand
+		"tollgate-region 1 a 1\nk other 1 10 0\n",                                         // not a bucket key
+		"tollgate-region 1 a 1\nk tg{x\x00} 1 10 0\n",                                     // not printable
+		"tollgate-region 1 a 1\nk tg{x} 1e3 10 0\n",                                       // not an integer
+		"tollgate-region 1 a 1\nk tg{x} 1 10 0 more\n",                                    // extra field
+		"tollgate-region 1 a 1\nk tg{x} 1 10 -5\n",                                        // negative rate
+		"tollgate-region 1 a 1\nk tg{x} 1 10\n",                                           // no rate
+		"tollgate-region 1 a 1\nack b x\n",                                                // bad ack
+		"tollgate-region 1 a 1\nshare tg{x} 1\n",                                          // unknown line
+		"tollgate-region 1 a 1\n" + strings.Repeat("k tg{x} 1 10 0\n", maxReportBytes/14), // too big
 	} {
 		if r, err := parseReport([]byte(s)); err == nil {
 			t.Errorf("%.60q: accepted as %+v", s, r)
@@ -190,7 +193,7 @@ func TestHostileReportsAreRefused(t *testing.T) {
 }
 
 func FuzzParseReport(f *testing.F) {
-	f.Add([]byte("tollgate-region 1 a 7\nack b 6\nk tg{abc} 1500 950000\n"))
+	f.Add([]byte("tollgate-region 1 a 7\nack b 6\nk tg{abc} 1500 950000 50000\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := parseReport(b)
 		if err != nil {
@@ -391,7 +394,7 @@ func TestRegionClockSteps(t *testing.T) {
 	x := &exchanger{own: a.be, peers: a.rg.peers, notes: map[string]int64{}, peerUp: make([]int32, len(rs.peers))}
 	slot := time.Now().UnixNano() / int64(rs.interval)
 	for _, s := range []int64{slot - int64(time.Hour/rs.interval), slot + int64(24*time.Hour/rs.interval), slot} {
-		x.exchange(rs, s)
+		x.exchange(rs, s, monotonic())
 		sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket)
 		if sa == 0 {
 			sa = 500000
@@ -417,15 +420,15 @@ func TestRegionGrowthKeepsTokens(t *testing.T) {
 		f := strings.Fields(v[0])
 		return f[0], f[1]
 	}
-	redisCmd(t, addr, "HSET", key+"!r", "s", "500000")
+	redisCmd(t, addr, "HSET", key+"}s", "s", "500000")
 	if ok, r := charge(); ok != "1" || r != "24" {
 		t.Fatalf("at the static share: %s %s, want 1 24 (25 tokens, one taken)", ok, r)
 	}
-	redisCmd(t, addr, "HSET", key+"!r", "s", "950000")
+	redisCmd(t, addr, "HSET", key+"}s", "s", "950000")
 	if ok, r := charge(); ok != "1" || r != "23" {
 		t.Errorf("after growing to 0.95: %s %s, want 1 23 (the 24 tokens kept, not 0.95 x 50)", ok, r)
 	}
-	redisCmd(t, addr, "HSET", key+"!r", "s", "100000")
+	redisCmd(t, addr, "HSET", key+"}s", "s", "100000")
 	if ok, r := charge(); ok != "1" || r != "1" {
 		// 23 of 47.5 tokens is a fill fraction of 0.48; at 0.1 (5 tokens)
 		// that is 2.4, less this request: 1.4.
@@ -467,5 +470,25 @@ func TestRegionRedisRefusalsTrackAKey(t *testing.T) {
 	}
 	if s := shareIn(t, ra, key); s == 0 {
 		t.Errorf("a key refused by Redis for a second (5 intervals) is not tracked")
+	}
+}
+
+// A key whose traffic falls to under half of every region's static share
+// of the rate is no longer tracked: shares back to static, its hash gone
+// above static and static below until it lapses.
+func TestRegionQuietKeyRetires(t *testing.T) {
+	class := uniqueName("region")
+	a, b, ra, rb := regionPair(t, class, nil)
+	bucket := hashKey(class + "\x00h:" + "quiet")
+	drive(a, "quiet", 5*time.Millisecond, 1500*time.Millisecond)
+	if sa := shareIn(t, ra, bucket); sa != 950000 {
+		t.Fatalf("while hot: a's share %d, want 950000", sa)
+	}
+	drive(a, "quiet", 100*time.Millisecond, 3*time.Second) // 10/s: under half of 25/s
+	sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket)
+	ta, tb := atomic.LoadInt64(&a.rg.trackedN), atomic.LoadInt64(&b.rg.trackedN)
+	t.Logf("quiet: shares a=%d b=%d, tracked a=%d b=%d", sa, sb, ta, tb)
+	if sa != 0 || (sb != 0 && sb != 500000) || ta != 0 || tb != 0 {
+		t.Errorf("a key gone quiet: shares a=%d b=%d (want none, and none or static), tracked a=%d b=%d (want 0)", sa, sb, ta, tb)
 	}
 }

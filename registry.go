@@ -23,7 +23,8 @@ package tollgate
 // checks), the sentinel watcher (backend.watchSentinels; ends after
 // watchIdle without checks) and the region exchange (exchanger.loop; one
 // per region configuration, ending once a reload has dropped it).
-//   - region exchanges: at most maxExchangers, by configuration.
+//   - region exchanges: at most maxExchangers, by configuration (past it,
+//     the one bound least recently stops).
 
 import (
 	"fmt"
@@ -96,9 +97,6 @@ func (r *registry) claimClass(class, name string) error {
 	r.claims[class] = classClaim{name: name, at: now}
 	return nil
 }
-
-// errTooManyRegions refuses a region configuration past maxExchangers.
-var errTooManyRegions = fmt.Errorf("region: more than %d region configurations are in use in this process", maxExchangers)
 
 // maxClaims bounds the claims kept past their window.
 const maxClaims = 1024

@@ -84,8 +84,8 @@ func (b *backend) sideDo(key string, cmds []byte, n int) ([][]string, error) {
 const maxReplyBytes = 4 << 20
 
 // readValues reads one reply as strings: an integer, status or bulk string
-// as one, an array of them (not nested) as its elements, a nil bulk or
-// array as none. An error reply is one string starting with "-", so that
+// as one, an array of them (not nested) as its elements (a nil one as ""),
+// a nil bulk or array as none. An error reply is one string starting with "-", so that
 // a pipeline's other replies are still read. At most maxReplyBytes are
 // accepted.
 func readValues(br *bufio.Reader) ([]string, error) {
@@ -117,14 +117,11 @@ func readValues(br *bufio.Reader) ([]string, error) {
 		if line, err = replyLine(br); err != nil {
 			return nil, err
 		}
-		v, isNil, err := readScalar(br, line, &budget)
+		v, _, err := readScalar(br, line, &budget)
 		if err != nil {
 			return nil, err
 		}
-		if isNil {
-			return nil, errBadReply
-		}
-		out = append(out, v)
+		out = append(out, v) // a nil element (HMGET's missing field) as ""
 	}
 	return out, nil
 }

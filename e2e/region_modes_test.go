@@ -49,12 +49,12 @@ func TestRegionOnACluster(t *testing.T) {
 		}
 		sum := sha256.Sum256([]byte(class + "\x00h:" + key))
 		bucket := "tg{" + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}"
-		slot, owner := slotOf(t, c, bucket+"!r")
-		eus, err := redis.Int(owner.Do("HGET", bucket+"!r", "s"))
+		slot, owner := slotOf(t, c, bucket+"}s")
+		eus, err := redis.Int(owner.Do("HGET", bucket+"}s", "s"))
 		if err != nil || eus < 940000 || eus > 950000 {
 			t.Errorf("eu's share of the hot key on %s (slot %d): %d, %v; want 940000-950000", owner.Addr, slot, eus, err)
 		}
-		uss, err := redis.Int(other.Do("HGET", bucket+"!r", "s"))
+		uss, err := redis.Int(other.Do("HGET", bucket+"}s", "s"))
 		if err != nil || uss != 50000 {
 			t.Errorf("us's share of the hot key: %d, %v; want 50000", uss, err)
 		}
@@ -138,10 +138,10 @@ func TestRegionReadmeACL(t *testing.T) {
 		}
 		sum := sha256.Sum256([]byte("regional\x00h:" + key))
 		bucket := "tg{" + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}"
-		if s, err := redis.Int(ra.Do("HGET", bucket+"!r", "s")); err != nil || s < 940000 {
+		if s, err := redis.Int(ra.Do("HGET", bucket+"}s", "s")); err != nil || s < 940000 {
 			t.Errorf("eu's share: %d, %v; want 0.95 (ACL LOG eu %v, us %v)", s, err, aclDenials(t, ra), aclDenials(t, rb))
 		}
-		if s, err := redis.Int(rb.Do("HGET", bucket+"!r", "s")); err != nil || s != 50000 {
+		if s, err := redis.Int(rb.Do("HGET", bucket+"}s", "s")); err != nil || s != 50000 {
 			t.Errorf("us's share: %d, %v; want 0.05", s, err)
 		}
 		noDenials(t, []*Redis{ra, rb}, "checks and exchanges")
