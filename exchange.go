@@ -44,7 +44,7 @@ import (
 const (
 	maxExchangers  = 16
 	exchangerStale = 30 * time.Second
-	maxNotes       = 256  // keys one pod notes per interval
+	maxNotes       = 1024 // keys one pod notes per interval
 	maxHotRead     = 4096 // notes the leader reads per interval
 	// retireBelow: a key whose every region asks for at most this part
 	// of its static share of the rate goes back to static and is no
