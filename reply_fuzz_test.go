@@ -66,6 +66,7 @@ func FuzzTopologyReplies(f *testing.F) {
 		"*2\r\n$10\r\n1700000000\r\n$6\r\n123456\r\n:1\r\n:0\r\n:1\r\n:3\r\n",
 		"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$5\r\nm a b\r\n",
 		"*1\r\n$-1\r\n", "*-1\r\n", "*99999999\r\n", ":\r\n", "-ERR\r\n", "\r\n",
+		"*2\r\n*1\r\n:1\r\n+OK\r\n", "*2\r\n$1048576\r\nx\r\n-MOVED 1 a:1\r\n",
 	} {
 		f.Add(seed)
 	}
@@ -74,6 +75,7 @@ func FuzzTopologyReplies(f *testing.F) {
 			func(br *bufio.Reader) error { _, err := readTime(br); return err },
 			func(br *bufio.Reader) error { _, err := readInt(br); return err },
 			func(br *bufio.Reader) error { _, err := readStrings(br); return err },
+			func(br *bufio.Reader) error { _, err := readValues(br); return err }, // the side connection's (side.go)
 		} {
 			_ = read(bufio.NewReader(strings.NewReader(reply)))
 		}

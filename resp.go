@@ -115,33 +115,7 @@ func readStrings(br *bufio.Reader) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	size := n
-	if size > arrayPrealloc {
-		size = arrayPrealloc
-	}
-	out := make([]string, 0, size)
-	for i := 0; i < n; i++ {
-		if line, err = readLine(br); err != nil {
-			return nil, err
-		}
-		switch line[0] {
-		case ':':
-			out = append(out, string(line[1:]))
-		case '$':
-			size, err := parseCount(line[1:], maxBulkLen)
-			if err != nil {
-				return nil, err
-			}
-			b, err := readBulk(br, size)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, string(b))
-		default:
-			return nil, errBadReply
-		}
-	}
-	return out, nil
+	return readElements(br, n, false)
 }
 
 // readBulk reads a bulk string's n bytes and its CRLF, growing its buffer as

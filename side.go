@@ -89,12 +89,12 @@ const maxReplyBytes = 4 << 20
 // a pipeline's other replies are still read. At most maxReplyBytes are
 // accepted.
 func readValues(br *bufio.Reader) ([]string, error) {
-	budget := maxReplyBytes
 	line, err := replyLine(br)
 	if err != nil {
 		return nil, err
 	}
 	if line[0] != '*' {
+		budget := maxReplyBytes
 		v, isNil, err := readScalar(br, line, &budget)
 		if err != nil || isNil {
 			return nil, err
@@ -108,14 +108,26 @@ func readValues(br *bufio.Reader) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return readElements(br, n, true)
+}
+
+// readElements reads the n elements of an array whose line was read: bulk
+// strings and integers, and when lenient statuses, errors (as "-...") and
+// nil bulks (as ""); at most maxReplyBytes of bulk strings in all.
+func readElements(br *bufio.Reader, n int, lenient bool) ([]string, error) {
+	budget := maxReplyBytes
 	size := n
 	if size > arrayPrealloc {
 		size = arrayPrealloc
 	}
 	out := make([]string, 0, size)
 	for i := 0; i < n; i++ {
-		if line, err = replyLine(br); err != nil {
+		line, err := replyLine(br)
+		if err != nil {
 			return nil, err
+		}
+		if !lenient && line[0] != ':' && line[0] != '$' || !lenient && string(line) == "$-1" {
+			return nil, errBadReply
 		}
 		v, _, err := readScalar(br, line, &budget)
 		if err != nil {
