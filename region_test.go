@@ -19,6 +19,14 @@ import (
 func regionPair(t *testing.T, class string, mutate func(*Config)) (a, b *Tollgate, ra, rb string) {
 	t.Helper()
 	ra, rb = startLiveRedis(t), startLiveRedis(t)
+	a, b = regionHandlers(t, class, mutate, ra, rb, rb, ra)
+	return a, b, ra, rb
+}
+
+// regionHandlers builds regionPair's middlewares on Redis ra and rb, each
+// reaching its peer's at aPeer and bPeer.
+func regionHandlers(t *testing.T, class string, mutate func(*Config), ra, rb, aPeer, bPeer string) (a, b *Tollgate) {
+	t.Helper()
 	mk := func(own, name, peer, peerAddr string) *Tollgate {
 		return handlerOn(t, own, func(c *Config) {
 			c.Class = class
@@ -30,7 +38,7 @@ func regionPair(t *testing.T, class string, mutate func(*Config)) (a, b *Tollgat
 			}
 		})
 	}
-	return mk(ra, "a", "b", rb), mk(rb, "b", "a", ra), ra, rb
+	return mk(ra, "a", "b", aPeer), mk(rb, "b", "a", bPeer)
 }
 
 // redisCmd runs one command on addr and returns its reply's strings.
@@ -288,16 +296,7 @@ func TestRegionLinkCutFallsBackToStatic(t *testing.T) {
 	class := uniqueName("region")
 	ra, rb := startLiveRedis(t), startLiveRedis(t)
 	ab, ba := newLink(t, rb), newLink(t, ra)
-	mk := func(own, name, peer, peerAddr string) *Tollgate {
-		return handlerOn(t, own, func(c *Config) {
-			c.Class = class
-			c.Average, c.Period, c.Burst = 50, "1s", 50
-			c.Redis.Username = ""
-			c.Region = &RegionConfig{Name: name, Interval: "200ms", Peers: []PeerConfig{{Name: peer, Endpoints: []string{peerAddr}}}}
-		})
-	}
-	a := mk(ra, "a", "b", ab.Addr())
-	mk(rb, "b", "a", ba.Addr())
+	a, _ := regionHandlers(t, class, nil, ra, rb, ab.Addr(), ba.Addr())
 	bucket := hashKey(class + "\x00h:" + "hot")
 	drive(a, "hot", 5*time.Millisecond, 2*time.Second)
 	if sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket); sa != 950000 || sb != 50000 {

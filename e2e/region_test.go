@@ -637,6 +637,25 @@ func scenarioClientMoves(t *testing.T, w *RegionWorld) {
 	logShares(t, w, "moves_shares_after", bk)
 }
 
+// splitAboveStatic drives one key at rateA in the first region and rateB
+// in the second (for max at most) and, 6 intervals later, requires the
+// first's share above static; it returns the load and the bucket's key.
+func splitAboveStatic(t *testing.T, w *RegionWorld, what string, rateA, rateB float64, max time.Duration) (*RegionLoad, string) {
+	t.Helper()
+	a, b := w.Regions[0], w.Regions[1]
+	key := fleetKey(t, what)
+	bk := bucketKey("api", key)
+	l := w.Drive(max, RegionFlow{a.Name, "/", []string{key}, rateA}, RegionFlow{b.Name, "/", []string{key}, rateB})
+	time.Sleep(6 * regionInterval)
+	logShares(t, w, what+"_shares_before", bk)
+	if p, n, present := mustShare(t, a, bk); !present || p <= ppmOf(a.Static()) {
+		l.Stop()
+		t.Fatalf("%s: %s's share %s, want above static (%d): %.0f/s there, %.0f/s in %s",
+			what, a.Name, shareString(p, n, present), ppmOf(a.Static()), rateA, rateB, b.Name)
+	}
+	return l, bk
+}
+
 // scenarioLinkCut: the link between the first two regions cut both ways,
 // then restored. No request fails or waits longer; shares are held for
 // the hold, then back to static: a share above static within 5 intervals
@@ -647,19 +666,8 @@ func scenarioClientMoves(t *testing.T, w *RegionWorld) {
 // to more than the limit. After the restore they follow demand again.
 func scenarioLinkCut(t *testing.T, w *RegionWorld) {
 	a, b := w.Regions[0], w.Regions[1]
-	key := fleetKey(t, "cut")
-	bk := bucketKey("api", key)
-	l := w.Drive(60*time.Second,
-		RegionFlow{a.Name, "/", []string{key}, 30},
-		RegionFlow{b.Name, "/", []string{key}, 10})
+	l, bk := splitAboveStatic(t, w, "cut", 30, 10, 60*time.Second)
 	defer l.Stop()
-	time.Sleep(6 * time.Second)
-	logShares(t, w, "cut_shares_before", bk)
-	ppmA, nA, presA := mustShare(t, a, bk)
-	if !presA || ppmA <= ppmOf(a.Static()) {
-		t.Fatalf("before the cut: %s's share %s, want above static (%d): 30/s there, 10/s in %s",
-			a.Name, shareString(ppmA, nA, presA), ppmOf(a.Static()), b.Name)
-	}
 	failedLabels := map[string]string{"region": a.Name, "result": "failed"}
 	failed0 := sumMetric(a, "tollgate_region_exchanges_total", failedLabels)
 
@@ -942,18 +950,8 @@ func scenarioLeaderKilled(t *testing.T, w *RegionWorld) {
 // within 5 intervals.
 func scenarioRedisKilled(t *testing.T, w *RegionWorld) {
 	a, b := w.Regions[0], w.Regions[1]
-	key := fleetKey(t, "redis")
-	bk := bucketKey("api", key)
-	l := w.Drive(40*time.Second,
-		RegionFlow{a.Name, "/", []string{key}, 30},
-		RegionFlow{b.Name, "/", []string{key}, 15})
+	l, bk := splitAboveStatic(t, w, "redis_killed", 30, 15, 40*time.Second)
 	defer l.Stop()
-	time.Sleep(6 * time.Second)
-	logShares(t, w, "redis_killed_shares_before", bk)
-	ppm0, n0, present := mustShare(t, a, bk)
-	if !present || ppm0 <= ppmOf(a.Static()) {
-		t.Fatalf("before the kill: %s's share %s, want above static", a.Name, shareString(ppm0, n0, present))
-	}
 	killed := time.Now()
 	b.Redis.Kill()
 	back, last := time.Duration(-1), time.Duration(0) // static since, the last poll above it
