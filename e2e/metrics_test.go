@@ -146,6 +146,12 @@ func metricsFleetConf(addr string) map[string]interface{} {
 		// A metrics endpoint that also asks for a limit: refused.
 		route{"badmetrics", "PathPrefix(`/badmetrics`)", map[string]interface{}{"serveMetrics": true, "average": 10, "burst": 5}},
 	)
+	return withMetricsRouter(conf)
+}
+
+// withMetricsRouter adds to conf the router that serves Tollgate's
+// metrics at metricsPath, and returns conf.
+func withMetricsRouter(conf map[string]interface{}) map[string]interface{} {
 	h := conf["http"].(map[string]interface{})
 	h["routers"].(map[string]interface{})["tollgate-metrics"] = map[string]interface{}{
 		"rule": "Path(`" + metricsPath + "`)", "priority": 1000, "entryPoints": []interface{}{"web"},

@@ -118,17 +118,10 @@ func (p *traefikPod) kill() {
 // routers / (class api) and /strict (class strict, failing closed), and
 // the metrics router.
 func regionDynamic(w *RegionWorld, r *Region, kv ...interface{}) map[string]interface{} {
-	conf := dynamicConf(
+	return withMetricsRouter(dynamicConf(
 		route{"api", "PathPrefix(`/`)", regionOpts(w, r, kv...)},
 		route{"strict", "PathPrefix(`/strict`)", regionOpts(w, r, withKV(kv, strictKV...)...)},
-	)
-	h := conf["http"].(map[string]interface{})
-	h["routers"].(map[string]interface{})["tollgate-metrics"] = map[string]interface{}{
-		"rule": "Path(`" + metricsPath + "`)", "priority": 1000, "entryPoints": []interface{}{"web"},
-		"service": "noop@internal", "middlewares": []interface{}{"tollgate-metrics"}}
-	h["middlewares"].(map[string]interface{})["tollgate-metrics"] = map[string]interface{}{
-		"plugin": map[string]interface{}{"tollgate": map[string]interface{}{"serveMetrics": true}}}
-	return conf
+	))
 }
 
 // needTraefik skips the test without a Traefik binary (fails under CI).

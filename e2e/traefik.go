@@ -208,26 +208,12 @@ func (t *Traefik) Metric(name string) (float64, error) {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name) {
-			continue
-		}
-		rest := line[len(name):]
-		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		f := strings.Fields(rest)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, err
-		}
-		sum += v
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return 0, err
 	}
-	return sum, sc.Err()
+	sum, _ := MetricValue(string(b), name, nil)
+	return sum, nil
 }
 
 // Fleet is N Traefik replicas, one dynamic configuration file they all
