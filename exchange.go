@@ -7,6 +7,9 @@ package tollgate
 // Every pod of a region runs one loop per region configuration
 // (exchanger.loop), on the interval's boundaries of the wall clock:
 //
+//  0. (on the requests' path, regionNotes.note) the keys that pressed are
+//     noted in memory;
+//
 //  1. flush: the keys this pod saw pressing, with the tokens its deny cache
 //     refused, are added to the region's hash tg{rg:<region>}:hot in its
 //     own Redis;
@@ -44,7 +47,6 @@ import (
 const (
 	maxExchangers  = 16
 	exchangerStale = 30 * time.Second
-	maxNotes       = 1024 // keys one pod notes per interval
 	maxHotRead     = 4096 // notes the leader reads per interval
 	// retireBelow: a key whose every region asks for at most this part
 	// of its static share of the rate goes back to static and is no
@@ -69,8 +71,7 @@ type exchanger struct {
 	running int32 // 1 while loop runs
 	dropped int32 // 1 once the registry forgot it
 
-	notesMu sync.Mutex
-	notes   map[string]int64 // noteField -> tokens
+	notes regionNotes // the pods' requests' part (region.go)
 
 	// The leader's state, used by the loop's goroutine only.
 	leadSlot int64 // the slot of the last exchange led; 0: not leading
@@ -112,7 +113,7 @@ func (r *registry) exchangerFor(rs *regionSettings, own *backend) (*exchanger, e
 			atomic.StoreInt32(&oldest.dropped, 1)
 			delete(r.regions, oldest.key)
 		}
-		x = &exchanger{key: rs.key, own: own, notes: map[string]int64{}}
+		x = &exchanger{key: rs.key, own: own}
 		for _, p := range rs.peers {
 			b, err := r.backend(p.redis)
 			if err != nil {
@@ -199,36 +200,6 @@ func sleepUntil(ns, iv int64) {
 	}
 }
 
-// note records, for the exchange, the buckets of set for client key that
-// pressed in decision d (refused, or emptied: no whole token left, whatever
-// the region's share of the burst), so that the exchange tracks them,
-// with the tokens asked. Those
-// refused from memory (cached: the deny cache's, which Redis never
-// counts) are noted under the bucket's key; those Redis decided under
-// the key and " r", and count only until the key is tracked (then the
-// script counts them). Rules keyed their own way and policies that fail
-// closed hold the static share, and are not noted.
-func (x *exchanger) note(set *policySet, key string, d []int64, cached bool) {
-	for i, p := range set.ps {
-		if p.regionPPM <= 0 || (d[2+3*i] == 0 && d[1+3*i] > 0) {
-			continue
-		}
-		k := key + p.keySuffix
-		if !cached {
-			k += freshSuffix
-		}
-		x.notesMu.Lock()
-		if _, ok := x.notes[k]; ok || len(x.notes) < maxNotes {
-			x.notes[k] += int64(p.shard.cost)
-		}
-		x.notesMu.Unlock()
-	}
-}
-
-// freshSuffix marks a note of tokens Redis decided (note); a bucket key
-// holds no space.
-const freshSuffix = " r"
-
 // Keys of a region in its own Redis; one hash tag, so one Cluster slot.
 func leadKey(region string) string     { return "tg{rg:" + region + "}:lead" }
 func hotKey(region string) string      { return "tg{rg:" + region + "}:hot" }
@@ -239,10 +210,7 @@ func shareKey(bucket string) string { return bucket + "}s" }
 
 // flush adds the pod's notes to the region's hot hash.
 func (x *exchanger) flush(rs *regionSettings) {
-	x.notesMu.Lock()
-	notes := x.notes
-	x.notes = map[string]int64{}
-	x.notesMu.Unlock()
+	notes := x.notes.take()
 	if len(notes) == 0 {
 		return
 	}

@@ -49,10 +49,10 @@ type Tollgate struct {
 	set   *settings
 	be    *backend
 	local *localBuckets
-	top   *policySet // the set when no rule matches; nil without a top-level limit
-	hb    *heartbeat // the class's pod count; nil with the heartbeat off
-	rg    *exchanger // the region exchange; nil without regions (exchange.go)
-	plain bool       // ServeHTTP's common case applies: top alone, plain (see policySet)
+	top   *policySet   // the set when no rule matches; nil without a top-level limit
+	hb    *heartbeat   // the class's pod count; nil with the heartbeat off
+	notes *regionNotes // where requests note keys for the region exchange; nil without regions (region.go)
+	plain bool         // ServeHTTP's common case applies: top alone, plain (see policySet)
 
 	mu   sync.Mutex // guards sets
 	sets map[uint64]*policySet
@@ -135,9 +135,11 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 		t.hb = t.be.heartbeatFor(set.class, t.be.now())
 	}
 	if set.region != nil {
-		if t.rg, err = shared.exchangerFor(set.region, t.be); err != nil {
+		x, err := shared.exchangerFor(set.region, t.be)
+		if err != nil {
 			return nil, fmt.Errorf("tollgate %s: %w", name, err)
 		}
+		t.notes = &x.notes
 	}
 	now := shared.now()
 	for _, p := range append(append(set.rules, set.top), set.plans...) {
@@ -428,8 +430,8 @@ func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	}
 	key := hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])
 	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(key, d) {
-		if t.rg != nil {
-			t.rg.note(set, key, d, true)
+		if t.notes != nil {
+			t.notes.note(set.ps, key, d, true)
 		}
 		return decidedCache
 	}
@@ -439,8 +441,8 @@ func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	if d[0] != 1 {
 		set.denied.remember(key, d)
 	}
-	if t.rg != nil && (d[0] != 1 || d[1] == 0) { // pressing: note's test, the first policy's part inlined
-		t.rg.note(set, key, d, false)
+	if t.notes != nil && (d[0] != 1 || d[1] == 0) { // pressing: note's test, the first policy's part inlined
+		t.notes.note(set.ps, key, d, false)
 	}
 	return decidedRedis
 }
@@ -460,8 +462,8 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 		call = ownCall(t, set, req, rkey)
 	}
 	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(call, d) {
-		if t.rg != nil && !set.ownKeys {
-			t.rg.note(set, rkey, d, true)
+		if t.notes != nil && !set.ownKeys {
+			t.notes.note(set.ps, rkey, d, true)
 		}
 		return decidedCache
 	}
@@ -471,8 +473,8 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 		}
 		return fallback(t, set, key, d)
 	}
-	if t.rg != nil && !set.ownKeys && (d[0] != 1 || d[1] == 0) {
-		t.rg.note(set, rkey, d, false) // before scaleRemaining: a shard's own tokens
+	if t.notes != nil && !set.ownKeys && (d[0] != 1 || d[1] == 0) {
+		t.notes.note(set.ps, rkey, d, false) // before scaleRemaining: a shard's own tokens
 	}
 	if t.set.shards > 1 {
 		scaleRemaining(set, d, t.set.shards)

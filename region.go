@@ -37,6 +37,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -378,4 +379,56 @@ func bucketKeyOK(s string) bool {
 		}
 	}
 	return true
+}
+
+// regionNotes is the requests' part of the exchange: the buckets that
+// pressed against their share since the pod last flushed them
+// (exchanger.flush), by noteField, with the tokens asked.
+type regionNotes struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+// maxNotes bounds the keys one pod notes per interval.
+const maxNotes = 1024
+
+// note records the buckets of policies ps for client key that pressed in
+// decision d (refused, or emptied: no whole token left, whatever the
+// region's share of the burst), so that the exchange tracks them, with the
+// tokens asked. Those refused from memory (cached: the deny cache's,
+// which Redis never counts) are noted under the bucket's key; those Redis
+// decided under the key and freshSuffix, and count only until the key is
+// tracked (then the script counts them). Rules keyed their own way and
+// policies that fail closed hold the static share, and are not noted.
+func (n *regionNotes) note(ps []*policy, key string, d []int64, cached bool) {
+	for i, p := range ps {
+		if p.regionPPM <= 0 || (d[2+3*i] == 0 && d[1+3*i] > 0) {
+			continue
+		}
+		k := key + p.keySuffix
+		if !cached {
+			k += freshSuffix
+		}
+		n.mu.Lock()
+		if n.m == nil {
+			n.m = map[string]int64{}
+		}
+		if _, ok := n.m[k]; ok || len(n.m) < maxNotes {
+			n.m[k] += int64(p.shard.cost)
+		}
+		n.mu.Unlock()
+	}
+}
+
+// freshSuffix marks a note of tokens Redis decided (note); a bucket key
+// holds no space.
+const freshSuffix = " r"
+
+// take returns the notes and starts anew.
+func (n *regionNotes) take() map[string]int64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	m := n.m
+	n.m = nil
+	return m
 }

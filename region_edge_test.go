@@ -44,9 +44,7 @@ func TestRegionFiveRegionsNoteEveryRequest(t *testing.T) {
 	if rec := serve(h, "quiet-client"); rec.Code != 200 {
 		t.Fatalf("first request: %d", rec.Code)
 	}
-	h.rg.notesMu.Lock()
-	n := len(h.rg.notes)
-	h.rg.notesMu.Unlock()
+	n := len(h.notes.take())
 	if n != 0 {
 		t.Errorf("one request with 19 of its region's 20 tokens left was noted as pressing (%d notes): every request of every key notes (a mutex per request, every key tracked)", n)
 	}
@@ -68,13 +66,13 @@ func TestRegionReloadLeavesTwoLeaders(t *testing.T) {
 			c.Region = &RegionConfig{Name: "a", Interval: iv, Peers: []PeerConfig{{Name: "b", Endpoints: []string{peer}}}}
 		})
 	}
-	old := mk("200ms")
+	old := exchangerOf(mk("200ms"))
 	time.Sleep(500 * time.Millisecond)
-	cur := mk("300ms") // the reload
+	cur := exchangerOf(mk("300ms")) // the reload
 	time.Sleep(1500 * time.Millisecond)
-	if atomic.LoadInt32(&old.rg.running) == 1 && atomic.LoadInt32(&old.rg.leading) == 1 && atomic.LoadInt32(&cur.rg.leading) == 1 {
+	if atomic.LoadInt32(&old.running) == 1 && atomic.LoadInt32(&old.leading) == 1 && atomic.LoadInt32(&cur.leading) == 1 {
 		t.Errorf("after a reload, the dropped configuration's exchange still runs and leads region a beside the new one (old: %d exchanges, new: %d); it stops only at a New more than %s after the old one's",
-			atomic.LoadInt64(&old.rg.exchangesOK), atomic.LoadInt64(&cur.rg.exchangesOK), exchangerStale)
+			atomic.LoadInt64(&old.exchangesOK), atomic.LoadInt64(&cur.exchangesOK), exchangerStale)
 	}
 }
 
@@ -113,9 +111,9 @@ func TestRegionClockStepBackHidesPeerSilence(t *testing.T) {
 		// exchanges itself, with a 200ms interval.
 		c.Region = &RegionConfig{Name: "a", Interval: "1h", Peers: []PeerConfig{{Name: "b", Endpoints: []string{l.Addr()}, Timeout: "100ms"}}}
 	})
-	rs := *a.rg.settings()
+	rs := *exchangerOf(a).settings()
 	rs.interval = 200 * time.Millisecond
-	x := &exchanger{own: a.be, peers: a.rg.peers, notes: map[string]int64{}, peerUp: make([]int32, len(rs.peers))}
+	x := &exchanger{own: a.be, peers: exchangerOf(a).peers, peerUp: make([]int32, len(rs.peers))}
 	bucket := hashKey(class + "\x00h:" + "hot")
 	peerReport := func(seq int64) {
 		body := "tollgate-region 1 b " + strconv.FormatInt(seq, 10) + "\nack a " + strconv.FormatInt(seq, 10) + "\nk " + bucket + " 0 50000 0\n"
@@ -159,9 +157,9 @@ func TestRegionLargeHotHashFailsEveryExchange(t *testing.T) {
 		c.Redis.Username = ""
 		c.Region = &RegionConfig{Name: "a", Interval: "1h", Peers: []PeerConfig{{Name: "b", Endpoints: []string{rb}}}}
 	})
-	rs := *a.rg.settings()
+	rs := *exchangerOf(a).settings()
 	rs.interval = 200 * time.Millisecond
-	x := &exchanger{own: a.be, peers: a.rg.peers, notes: map[string]int64{}, peerUp: make([]int32, len(rs.peers))}
+	x := &exchanger{own: a.be, peers: exchangerOf(a).peers, peerUp: make([]int32, len(rs.peers))}
 	redisCmd(t, ra, "EVAL", `for i = 1, 33000 do redis.call('HINCRBY', KEYS[1], 'tg{'..string.format('%010d', i)..'}', 0) end return 1`, "1", hotKey("a"))
 	if !x.exchange(&rs, time.Now().UnixNano()/int64(rs.interval)+1, monotonic()) {
 		t.Errorf("an exchange with 33000 keys noted in the interval failed (HGETALL's reply is past maxArrayLen): the report is not published")

@@ -41,6 +41,13 @@ func regionHandlers(t *testing.T, class string, mutate func(*Config), ra, rb, aP
 	return mk(ra, "a", "b", aPeer), mk(rb, "b", "a", bPeer)
 }
 
+// exchangerOf is the region exchange t's requests note keys for.
+func exchangerOf(t *Tollgate) *exchanger {
+	shared.regionsMu.Lock()
+	defer shared.regionsMu.Unlock()
+	return shared.regions[t.set.region.key]
+}
+
 // redisCmd runs one command on addr and returns its reply's strings.
 func redisCmd(t *testing.T, addr string, args ...string) []string {
 	t.Helper()
@@ -387,10 +394,10 @@ func TestRegionClockSteps(t *testing.T) {
 	a, _, ra, rb := regionPair(t, class, nil)
 	bucket := hashKey(class + "\x00h:" + "hot")
 	drive(a, "hot", 5*time.Millisecond, 2*time.Second)
-	rs := a.rg.settings()
+	rs := exchangerOf(a).settings()
 	// A second leader on the same Redis, its clock stepped: an hour back,
 	// then a day ahead.
-	x := &exchanger{own: a.be, peers: a.rg.peers, notes: map[string]int64{}, peerUp: make([]int32, len(rs.peers))}
+	x := &exchanger{own: a.be, peers: exchangerOf(a).peers, peerUp: make([]int32, len(rs.peers))}
 	slot := time.Now().UnixNano() / int64(rs.interval)
 	for _, s := range []int64{slot - int64(time.Hour/rs.interval), slot + int64(24*time.Hour/rs.interval), slot} {
 		x.exchange(rs, s, monotonic())
@@ -465,7 +472,7 @@ func TestRegionRedisRefusalsTrackAKey(t *testing.T) {
 	key := hashKey(class + "\x00h:" + "refused-by-redis")
 	d := []int64{0, 0, 100, 1000} // refused by Redis: no token left, 100 ms to wait
 	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		a.rg.note(a.top, key, d, false)
+		a.notes.note(a.top.ps, key, d, false)
 	}
 	if s := shareIn(t, ra, key); s == 0 {
 		t.Errorf("a key refused by Redis for a second (5 intervals) is not tracked")
@@ -485,7 +492,7 @@ func TestRegionQuietKeyRetires(t *testing.T) {
 	}
 	drive(a, "quiet", 100*time.Millisecond, 3*time.Second) // 10/s: under half of 25/s
 	sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket)
-	ta, tb := atomic.LoadInt64(&a.rg.trackedN), atomic.LoadInt64(&b.rg.trackedN)
+	ta, tb := atomic.LoadInt64(&exchangerOf(a).trackedN), atomic.LoadInt64(&exchangerOf(b).trackedN)
 	t.Logf("quiet: shares a=%d b=%d, tracked a=%d b=%d", sa, sb, ta, tb)
 	if sa != 0 || (sb != 0 && sb != 500000) || ta != 0 || tb != 0 {
 		t.Errorf("a key gone quiet: shares a=%d b=%d (want none, and none or static), tracked a=%d b=%d (want 0)", sa, sb, ta, tb)
