@@ -127,7 +127,9 @@ func ceilMS(us float64) int64 { return int64(math.Ceil((us - 1e-3) / 1000)) }
 //	             else there (garbage, another type) leaves the bucket at
 //	             its static share, never fails the check;
 //	             negative when it stays static. The bucket is charged at
-//	             its share: interval/share, burst*share. Its TAT needs no
+//	             its share: interval/share, burst*share (at least the
+//	             cost, as the local fallback's: a bucket that could
+//	             never admit one request would refuse it for ever). Its TAT needs no
 //	             change when the share shrinks (its fill fraction is kept,
 //	             so its tokens shrink with it); when the share has grown
 //	             since the bucket was last charged (field a: the share it
@@ -183,6 +185,7 @@ for i = 1, n do
     sh = sh / 1000000
     iv[i] = iv[i] / sh
     burst[i] = burst[i] * sh
+    if burst[i] < cost[i] then burst[i] = cost[i] end
   end
   cap[i] = iv[i] * burst[i]
   slack[i] = 1 + burst[i] / 64

@@ -52,6 +52,10 @@ const (
 	// of its static share of the rate goes back to static and is no
 	// longer tracked.
 	retireBelow = 0.5
+	// retireQuiet: a key that has not pressed here for this many
+	// intervals retires once every region asks for at most its static
+	// share, so that keys that never press do not hold the tracked set.
+	retireQuiet = 12
 	// demandWeight is the weight of the last interval in a key's demand,
 	// an exponential average: a client that moves region is followed
 	// within about three intervals.
@@ -90,9 +94,10 @@ type exchanger struct {
 
 // peerView is the leader's knowledge of a peer.
 type peerView struct {
-	rep   *report // the last report read; nil: none
-	heard int64   // monotonic ns its report last changed
-	acked int64   // monotonic ns it last acknowledged one of our recent reports
+	rep    *report // the last report read; nil: none
+	readAt int64   // monotonic ns of the exchange that read it
+	heard  int64   // monotonic ns its report last changed
+	acked  int64   // monotonic ns it last acknowledged one of our recent reports
 }
 
 // exchangerFor returns the exchange of rs on own, creating it on first
@@ -272,10 +277,12 @@ func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
 	if err != nil {
 		return false
 	}
+	// Acknowledged: the peers read in this exchange only, so that a peer
+	// we can no longer read sees its reports go unacknowledged.
 	rep := &report{region: rs.name, seq: slot, acks: map[string]int64{}, keys: map[string]reportKey{}}
 	for i, p := range rs.peers {
-		if v := x.views[i].rep; v != nil {
-			rep.acks[p.name] = v.seq
+		if v := x.views[i]; v.rep != nil && v.readAt == now {
+			rep.acks[p.name] = v.rep.seq
 		}
 	}
 	var shrink, grow []shareOp
@@ -288,7 +295,7 @@ func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
 			asked = 0
 		}
 		_, hotHere := hot[k]
-		op, grows := x.decideKey(rs, rep, k, (asked+hot[k])/elapsed, rates[k], hotHere, silent)
+		op, grows := x.decideKey(rs, rep, k, (asked+hot[k])/elapsed, rates[k], hotHere, slot, silent)
 		op.taken = counted[k]
 		if grows {
 			grow = append(grow, op)
@@ -310,25 +317,34 @@ func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
 	return x.writeShares(grow) == nil
 }
 
-// hearPeers reads the peers' reports at once (a peer that does not
-// answer delays the exchange by its timeout, not by the sum of them) and
-// returns the longest silence among them, in whole intervals: since its
-// report last changed, or since it last acknowledged one of ours,
-// measured on the monotonic clock (a wall clock stepped back hides no
-// silence).
+// hearPeers reads the peers' reports at once, waiting at most half an
+// interval (a peer that does not answer by then counts as unread this
+// time; its read ends within its own timeout), and returns the longest
+// silence among them, in whole intervals: since its report last changed,
+// or since it last acknowledged one of ours, measured on the monotonic
+// clock (a wall clock stepped back hides no silence).
 func (x *exchanger) hearPeers(rs *regionSettings, slot, now int64) int {
 	reps := make([]*report, len(rs.peers))
-	var wg sync.WaitGroup
+	read := make(chan peerRead, len(rs.peers)) // buffered: a late read never blocks
 	for i, p := range rs.peers {
-		wg.Add(1)
-		go x.readPeerInto(&wg, reps, i, p.name)
+		go x.readPeerInto(read, i, p.name)
 	}
-	wg.Wait()
+	wait := time.NewTimer(rs.interval / 2)
+	for got := 0; got < len(rs.peers); got++ {
+		select {
+		case r := <-read:
+			reps[r.i] = r.rep
+		case <-wait.C:
+			got = len(rs.peers)
+		}
+	}
+	wait.Stop()
 	silent := 0
 	for i := range rs.peers {
 		rep := reps[i]
 		v := &x.views[i]
 		if rep != nil {
+			v.readAt = now
 			atomic.StoreInt32(&x.peerUp[i], 1)
 			if v.rep != nil && rep.seq != v.rep.seq {
 				v.heard = now
@@ -388,10 +404,10 @@ func (x *exchanger) takeHot(rs *regionSettings) (hot, fresh map[string]float64, 
 // (tokens per second) and the limit's rate (0: unknown), adds it to rep
 // unless it is no longer tracked, and returns the write of its share and
 // whether it grows.
-func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, rate float64, hotHere bool, silent int) (shareOp, bool) {
+func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, rate float64, hotHere bool, slot int64, silent int) (shareOp, bool) {
 	ks := x.tracked[k]
 	if ks == nil {
-		ks = &keyShares{demand: asked}
+		ks = &keyShares{demand: asked, pressed: slot}
 		x.tracked[k] = ks
 	} else {
 		ks.demand = demandWeight*asked + (1-demandWeight)*ks.demand
@@ -412,15 +428,24 @@ func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, 
 			ks.rate = v.keys[k].rate
 		}
 	}
-	// Retiring: every region asks for at most half its static share of
-	// the rate, so the static split serves the key.
-	retiring := ks.rate > 0 && ks.demand <= retireBelow*float64(rs.static)/ppm*ks.rate
+	// Retiring, so that the static split serves the key again: it did
+	// not press here in this interval, and every region asks for at most
+	// half its static share of the rate; or for at most its static share,
+	// when it has not pressed here for retireQuiet intervals.
+	if hotHere || ks.pressed == 0 { // pressing, or taken over from the region's report
+		ks.pressed = slot
+	}
+	below := retireBelow
+	if slot-ks.pressed >= retireQuiet {
+		below = 1
+	}
+	retiring := !hotHere && ks.rate > 0 && ks.demand <= below*float64(rs.static)/ppm*ks.rate
 	for i, p := range rs.peers {
 		if v := x.views[i].rep; v != nil {
 			if pk, ok := v.keys[k]; ok {
 				ks.peerD[i], ks.peerPub[i] = pk.demand, pk.share
 				othersStatic = othersStatic && pk.share == p.static
-				retiring = retiring && pk.demand <= retireBelow*float64(p.static)/ppm*ks.rate
+				retiring = retiring && pk.demand <= below*float64(p.static)/ppm*ks.rate
 			}
 		}
 	}
@@ -498,11 +523,20 @@ func (x *exchanger) restore(rs *regionSettings) {
 	}
 }
 
-// readPeerInto is readPeer into reps[i], for a goroutine of wg.
-func (x *exchanger) readPeerInto(wg *sync.WaitGroup, reps []*report, i int, name string) {
-	defer wg.Done()
-	defer func() { _ = recover() }()
-	reps[i] = x.readPeer(i, name)
+// peerRead is peer i's report, or nil.
+type peerRead struct {
+	i   int
+	rep *report
+}
+
+// readPeerInto sends readPeer's report of peer i on read.
+func (x *exchanger) readPeerInto(read chan<- peerRead, i int, name string) {
+	var rep *report
+	defer func() {
+		_ = recover()
+		read <- peerRead{i, rep}
+	}()
+	rep = x.readPeer(i, name)
 }
 
 // readPeer reads peer i's report from its Redis; nil when it cannot be

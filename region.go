@@ -211,6 +211,7 @@ type keyShares struct {
 	peerD   []float64
 	peerPub []int64
 	rate    float64 // the limit's, tokens per second; 0: not known yet
+	pressed int64   // the slot it last pressed here (or was first seen)
 }
 
 // nextShare is a key's share after this exchange (ppm), given the

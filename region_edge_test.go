@@ -4,8 +4,10 @@ package tollgate
 // test that failed before its fix.
 
 import (
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -163,5 +165,138 @@ func TestRegionLargeHotHashFailsEveryExchange(t *testing.T) {
 	redisCmd(t, ra, "EVAL", `for i = 1, 33000 do redis.call('HINCRBY', KEYS[1], 'tg{'..string.format('%010d', i)..'}', 0) end return 1`, "1", hotKey("a"))
 	if !x.exchange(&rs, time.Now().UnixNano()/int64(rs.interval)+1, monotonic()) {
 		t.Errorf("an exchange with 33000 keys noted in the interval failed (HGETALL's reply is past maxArrayLen): the report is not published")
+	}
+}
+
+// A second review's findings, each a test that failed before its fix.
+
+// A limit whose burst is its cost: a region's share of the burst (0.5)
+// holds less than one request, and without a floor of one request's cost
+// no request ever passed in any region (an OTP limit, failing closed).
+func TestRegionSmallBurstStillAdmits(t *testing.T) {
+	a, _, _, _ := regionPair(t, uniqueName("region"), func(c *Config) {
+		c.Rules = []Rule{{Name: "otp", PathPrefix: "/otp", Average: 6, Period: "1m", Burst: 1, FailureMode: "closed"}}
+	})
+	if got := admitted(a, 3, "POST", "/otp", "X-API-Key", "k"); got != 1 {
+		t.Errorf("an OTP limit of burst 1 in one of two regions: %d of 3 admitted, want 1", got)
+	}
+}
+
+// A peer that cannot read us any more while we still read it: its reports
+// keep acknowledging our last report it read, which held our growth up to
+// ackSteps intervals too long; it now acknowledges only what it read in
+// the same exchange. Sampled every 20 ms, the shares never add up past 1,
+// and ours falls to static before the peer's grows back.
+func TestRegionOneWayLoss(t *testing.T) {
+	class := uniqueName("region")
+	ra, rb := startLiveRedis(t), startLiveRedis(t)
+	ab, ba := newLink(t, rb), newLink(t, ra)
+	a, _ := regionHandlers(t, class, nil, ra, rb, ab.Addr(), ba.Addr())
+	bucket := hashKey(class + "\x00h:" + "hot")
+	drive(a, "hot", 5*time.Millisecond, 2*time.Second)
+	if sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket); sa != 950000 || sb != 50000 {
+		t.Fatalf("before: shares a=%d b=%d", sa, sb)
+	}
+	ba.Cut() // b can no longer read a; a still reads b
+	cut := time.Now()
+	var aStatic, bStatic time.Duration
+	for time.Since(cut) < 3*time.Second && (aStatic == 0 || bStatic == 0) {
+		go drive(a, "hot", 0, 10*time.Millisecond)
+		sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket)
+		if sa == 0 {
+			sa = 500000
+		}
+		if sb == 0 {
+			sb = 500000
+		}
+		if sa+sb > ppm {
+			t.Fatalf("%s after b lost a: shares a=%d b=%d add up to more than the limit", time.Since(cut), sa, sb)
+		}
+		if aStatic == 0 && sa <= 500000 {
+			aStatic = time.Since(cut)
+		}
+		if bStatic == 0 && sb == 500000 {
+			bStatic = time.Since(cut)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("one way lost: a static after %s, b after %s", aStatic, bStatic)
+	if aStatic == 0 || bStatic == 0 || bStatic < aStatic {
+		t.Errorf("one way lost: a static after %s, b after %s; want both, a first", aStatic, bStatic)
+	}
+}
+
+// A peer that accepts connections and never answers holds no exchange
+// past half an interval (it held each for the side connection's 2 s).
+func TestRegionSilentPeerDoesNotStallTheExchange(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // accepted, never answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	a := handlerOn(t, startLiveRedis(t), func(c *Config) {
+		c.Class = uniqueName("region")
+		c.Redis.Username = ""
+		c.Region = &RegionConfig{Name: "a", Interval: "200ms", Peers: []PeerConfig{{Name: "b", Endpoints: []string{l.Addr().String()}}}}
+	})
+	x := exchangerOf(a)
+	time.Sleep(2 * time.Second)
+	if n := atomic.LoadInt64(&x.exchangesOK); n < 5 {
+		t.Errorf("%d exchanges in 2 s of a 200 ms interval with a peer that never answers, want at least 5", n)
+	}
+}
+
+// Retiring: a key that pressed here in this interval never retires, so a
+// bursty client does not flap between its share and static; one that has
+// not pressed for retireQuiet intervals retires once every region asks for
+// at most its static share.
+func TestRegionRetiring(t *testing.T) {
+	rs, err := compileRegion(&RegionConfig{Name: "a", Peers: []PeerConfig{{Name: "b", Endpoints: []string{"127.0.0.1:2"}}}}, redisSettings{addr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k, rate = "tg{retiring}", 20.0
+	// b holds its floor of the key, asks nothing.
+	x := &exchanger{tracked: map[string]*keyShares{}, views: []peerView{{rep: &report{keys: map[string]reportKey{k: {share: 50000, rate: rate}}}}}}
+	// 1 token a second asked, a twentieth of the rate: under half of the
+	// static share (10/s).
+	x.tracked[k] = &keyShares{demand: 1, share: 950000, pressed: 100}
+	x.decideKey(rs, &report{keys: map[string]reportKey{}}, k, 1, rate, true, 101, 0)
+	if x.tracked[k] == nil || x.tracked[k].share != 950000 {
+		t.Errorf("a key that pressed this interval retired (share %+v)", x.tracked[k])
+	}
+	x.decideKey(rs, &report{keys: map[string]reportKey{}}, k, 1, rate, false, 102, 0)
+	if ks := x.tracked[k]; ks == nil || ks.share != rs.static {
+		t.Errorf("a key asking a twentieth of the rate, not pressing: %+v, want its share back to static", ks)
+	}
+	// 8 a second: under the static share, not under half of it.
+	x.tracked[k] = &keyShares{demand: 8, share: 700000, pressed: 100}
+	x.decideKey(rs, &report{keys: map[string]reportKey{}}, k, 8, rate, false, 101, 0)
+	if ks := x.tracked[k]; ks == nil || ks.share == rs.static {
+		t.Errorf("8 a second, pressed an interval ago: %+v, want it still tracked above static", ks)
+	}
+	x.decideKey(rs, &report{keys: map[string]reportKey{}}, k, 8, rate, false, 100+retireQuiet, 0)
+	if ks := x.tracked[k]; ks == nil || ks.share != rs.static {
+		t.Errorf("8 a second, not pressed for %d intervals: %+v, want its share back to static", retireQuiet, ks)
 	}
 }

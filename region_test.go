@@ -334,11 +334,14 @@ func TestRegionLinkCutFallsBackToStatic(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("after the cut: a's share static after %s, b's after %s (interval 200ms)", aStatic, bStatic)
-	if aStatic == 0 || aStatic > (holdSteps+2)*200*time.Millisecond {
-		t.Errorf("a's share back to static after %s, want within %d intervals", aStatic, holdSteps+2)
+	// The protocol's bounds from the cut are holdSteps+2 and staticSteps+2
+	// intervals; one more for a 200 ms interval on a busy machine (the e2e
+	// suite checks the exact bounds at 1 s).
+	if aStatic == 0 || aStatic > (holdSteps+3)*200*time.Millisecond {
+		t.Errorf("a's share back to static after %s, want within %d intervals", aStatic, holdSteps+3)
 	}
-	if bStatic == 0 || bStatic > (staticSteps+2)*200*time.Millisecond || bStatic < aStatic {
-		t.Errorf("b's share back to static after %s (a's after %s), want after a's and within %d intervals", bStatic, aStatic, staticSteps+2)
+	if bStatic == 0 || bStatic > (staticSteps+3)*200*time.Millisecond || bStatic < aStatic {
+		t.Errorf("b's share back to static after %s (a's after %s), want after a's and within %d intervals", bStatic, aStatic, staticSteps+3)
 	}
 }
 
