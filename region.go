@@ -193,10 +193,12 @@ const (
 	healthySteps = 2
 	holdSteps    = 3
 	staticSteps  = 6
-	// shareTTLSteps: a share the exchange stops refreshing lapses to static:
-	// above static after growTTLSteps (a new leader takes over within 3),
-	// below it after staticSteps+1, when peers have dropped theirs.
-	growTTLSteps   = 4
+	// A share the exchange stops refreshing lapses to static: above static
+	// after growTTLSteps (a new leader's first exchange comes within 3
+	// intervals and three quarters of the old one's last; peers, hearing
+	// nothing, grow theirs back only after staticSteps+1), below it after
+	// staticSteps+1, when peers have dropped theirs.
+	growTTLSteps   = 5
 	shrinkTTLSteps = staticSteps + 1
 	// A peer must acknowledge one of our last ackSteps reports.
 	ackSteps = 4
