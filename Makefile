@@ -28,9 +28,11 @@ yaegi:
 	scripts/yaegi-test.sh
 
 # The scenario suite (compiled and through the Yaegi loader), the catalog
-# form through Traefik's own plugin manager, and the fleet suite: three real
+# form through Traefik's own plugin manager, the fleet suite: three real
 # Traefik replicas (built once by scripts/traefik.sh into .build/) in front
-# of one redis-server.
+# of one redis-server, and the region suite: 2 and 3 regions, each with its
+# own redis-server and replicas, linked through delaying proxies. About 15
+# minutes on 2 cores.
 e2e:
 	scripts/deps.sh
 	TOLLGATE_TRAEFIK=$$(scripts/traefik.sh) && cd e2e && TOLLGATE_TRAEFIK=$$TOLLGATE_TRAEFIK go test -count=1 -timeout 30m ./...
