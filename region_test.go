@@ -41,6 +41,49 @@ func regionHandlers(t *testing.T, class string, mutate func(*Config), ra, rb, aP
 	return mk(ra, "a", "b", aPeer), mk(rb, "b", "a", bPeer)
 }
 
+// watchLinkLoss makes a key hot in region a of a regionPair whose links go
+// through newLink, then cuts b's link to a (and a's to b when both), and
+// returns how long after the cut a's and b's shares were static, sampling
+// every 20 ms while a keeps pressing; the shares may never add up past 1.
+func watchLinkLoss(t *testing.T, both bool) (aStatic, bStatic time.Duration) {
+	t.Helper()
+	class := uniqueName("region")
+	ra, rb := startLiveRedis(t), startLiveRedis(t)
+	ab, ba := newLink(t, rb), newLink(t, ra)
+	a, _ := regionHandlers(t, class, nil, ra, rb, ab.Addr(), ba.Addr())
+	bucket := hashKey(class + "\x00h:" + "hot")
+	drive(a, "hot", 5*time.Millisecond, 2*time.Second)
+	if sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket); sa != 950000 || sb != 50000 {
+		t.Fatalf("before the cut: shares a=%d b=%d", sa, sb)
+	}
+	cut := time.Now()
+	ba.Cut()
+	if both {
+		ab.Cut()
+	}
+	for time.Since(cut) < 3*time.Second && (aStatic == 0 || bStatic == 0) {
+		go drive(a, "hot", 0, 10*time.Millisecond) // a keeps pressing
+		sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket)
+		if sa == 0 {
+			sa = 500000
+		}
+		if sb == 0 {
+			sb = 500000
+		}
+		if sa+sb > ppm {
+			t.Fatalf("%s after the cut: shares a=%d b=%d add up to more than the limit", time.Since(cut), sa, sb)
+		}
+		if aStatic == 0 && sa <= 500000 {
+			aStatic = time.Since(cut)
+		}
+		if bStatic == 0 && sb == 500000 {
+			bStatic = time.Since(cut)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return aStatic, bStatic
+}
+
 // exchangerOf is the region exchange t's requests note keys for.
 func exchangerOf(t *Tollgate) *exchanger {
 	shared.regionsMu.Lock()
@@ -300,39 +343,7 @@ func (k *link) Cut() {
 // the other side's above-static share fell). Sampled every 20 ms, the two
 // shares never add up to more than the limit.
 func TestRegionLinkCutFallsBackToStatic(t *testing.T) {
-	class := uniqueName("region")
-	ra, rb := startLiveRedis(t), startLiveRedis(t)
-	ab, ba := newLink(t, rb), newLink(t, ra)
-	a, _ := regionHandlers(t, class, nil, ra, rb, ab.Addr(), ba.Addr())
-	bucket := hashKey(class + "\x00h:" + "hot")
-	drive(a, "hot", 5*time.Millisecond, 2*time.Second)
-	if sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket); sa != 950000 || sb != 50000 {
-		t.Fatalf("before the cut: shares a=%d b=%d", sa, sb)
-	}
-	cut := time.Now()
-	ab.Cut()
-	ba.Cut()
-	var aStatic, bStatic time.Duration
-	for time.Since(cut) < 3*time.Second && (aStatic == 0 || bStatic == 0) {
-		go drive(a, "hot", 0, 10*time.Millisecond) // a keeps pressing
-		sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket)
-		if sa == 0 {
-			sa = 500000
-		}
-		if sb == 0 {
-			sb = 500000
-		}
-		if sa+sb > ppm {
-			t.Fatalf("%s after the cut: shares a=%d b=%d add up to more than the limit", time.Since(cut), sa, sb)
-		}
-		if aStatic == 0 && sa <= 500000 {
-			aStatic = time.Since(cut)
-		}
-		if bStatic == 0 && sb == 500000 {
-			bStatic = time.Since(cut)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	aStatic, bStatic := watchLinkLoss(t, true)
 	t.Logf("after the cut: a's share static after %s, b's after %s (interval 200ms)", aStatic, bStatic)
 	// The protocol's bounds from the cut are holdSteps+2 and staticSteps+2
 	// intervals; one more for a 200 ms interval on a busy machine (the e2e
