@@ -441,7 +441,7 @@ func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	if d[0] != 1 {
 		set.denied.remember(key, d)
 	}
-	if t.notes != nil && (d[0] != 1 || d[1] == 0) { // pressing: note's test, the first policy's part inlined
+	if t.notes != nil && (d[0] != 1 || d[1] == 0 || len(set.ps) > 1) { // pressing: note's test, one policy's inlined
 		t.notes.note(set.ps, key, d, false)
 	}
 	return decidedRedis
@@ -473,7 +473,7 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 		}
 		return fallback(t, set, key, d)
 	}
-	if t.notes != nil && !set.ownKeys && (d[0] != 1 || d[1] == 0) {
+	if t.notes != nil && !set.ownKeys && (d[0] != 1 || d[1] == 0 || len(set.ps) > 1) {
 		t.notes.note(set.ps, rkey, d, false) // before scaleRemaining: a shard's own tokens
 	}
 	if t.set.shards > 1 {

@@ -4,6 +4,7 @@ package tollgate
 // test that failed before its fix.
 
 import (
+	"bufio"
 	"net"
 	"strconv"
 	"strings"
@@ -267,5 +268,37 @@ func TestRegionRetiring(t *testing.T) {
 	x.decideKey(rs, &report{keys: map[string]reportKey{}}, k, 8, rate, false, 100+retireQuiet, 0)
 	if ks := x.tracked[k]; ks == nil || ks.share != rs.static {
 		t.Errorf("8 a second, not pressed for %d intervals: %+v, want its share back to static", retireQuiet, ks)
+	}
+}
+
+// In a set of several policies, a later policy's bucket emptied by an
+// admitted request presses too: it is noted (the inlined test looked at
+// the first policy alone).
+func TestRegionLaterPolicyEmptiedIsNoted(t *testing.T) {
+	class := uniqueName("region")
+	a, _, _, _ := regionPair(t, class, func(c *Config) {
+		c.Rules = []Rule{{Name: "search", PathPrefix: "/search", Average: 60, Period: "1m", Burst: 2}}
+	})
+	// The region's half of the rule's burst of 2: one request empties it,
+	// while the top level (50 a second) keeps most of its tokens.
+	if got := admitted(a, 1, "GET", "/search", "X-API-Key", "k"); got != 1 {
+		t.Fatalf("first search: %d admitted", got)
+	}
+	notes := a.notes.take()
+	if _, ok := notes[hashKey(class+"\x00h:k")+":search"+freshSuffix]; !ok {
+		t.Errorf("the rule's bucket emptied by an admitted request was not noted: %v", notes)
+	}
+}
+
+// A side reply's lines count against its budget, not its bulk strings
+// alone: 70,000 integers of 64 digits are more than maxReplyBytes.
+func TestSideReplyBudgetCountsEveryLine(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("*65536\r\n")
+	for i := 0; i < 65536; i++ {
+		b.WriteString(":" + strings.Repeat("9", 64) + "\r\n")
+	}
+	if _, err := readValues(bufio.NewReader(strings.NewReader(b.String()))); err == nil {
+		t.Errorf("an array of %d bytes of integer lines was read whole, past the budget of %d", b.Len(), maxReplyBytes)
 	}
 }

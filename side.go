@@ -113,7 +113,7 @@ func readValues(br *bufio.Reader) ([]string, error) {
 
 // readElements reads the n elements of an array whose line was read: bulk
 // strings and integers, and when lenient statuses, errors (as "-...") and
-// nil bulks (as ""); at most maxReplyBytes of bulk strings in all.
+// nil bulks (as ""); at most maxReplyBytes in all.
 func readElements(br *bufio.Reader, n int, lenient bool) ([]string, error) {
 	budget := maxReplyBytes
 	size := n
@@ -126,7 +126,7 @@ func readElements(br *bufio.Reader, n int, lenient bool) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !lenient && line[0] != ':' && line[0] != '$' || !lenient && string(line) == "$-1" {
+		if budget -= len(line); budget < 0 || !lenient && line[0] != ':' && line[0] != '$' || !lenient && string(line) == "$-1" {
 			return nil, errBadReply
 		}
 		v, _, err := readScalar(br, line, &budget)
