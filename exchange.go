@@ -108,16 +108,6 @@ func (r *registry) exchangerFor(rs *regionSettings, own *backend) (*exchanger, e
 	defer r.regionsMu.Unlock()
 	x, ok := r.regions[rs.key]
 	if !ok {
-		if len(r.regions) >= maxExchangers { // the least recently bound goes
-			var oldest *exchanger
-			for _, old := range r.regions {
-				if oldest == nil || atomic.LoadInt64(&old.bound) < atomic.LoadInt64(&oldest.bound) {
-					oldest = old
-				}
-			}
-			atomic.StoreInt32(&oldest.dropped, 1)
-			delete(r.regions, oldest.key)
-		}
 		x = &exchanger{key: rs.key, own: own}
 		for _, p := range rs.peers {
 			b, err := r.backend(p.redis)
@@ -130,12 +120,20 @@ func (r *registry) exchangerFor(rs *regionSettings, own *backend) (*exchanger, e
 		// A reload that changed this region's settings replaces its
 		// exchange: the old one's loop ends (one exchange per region and
 		// Redis in a process; of two middlewares that disagree, the
-		// latest built wins).
+		// latest built wins). Past maxExchangers, the least recently
+		// bound goes too.
+		var oldest *exchanger
 		for k, old := range r.regions {
 			if old.own == own && old.settings().name == rs.name {
 				atomic.StoreInt32(&old.dropped, 1)
 				delete(r.regions, k)
+			} else if oldest == nil || atomic.LoadInt64(&old.bound) < atomic.LoadInt64(&oldest.bound) {
+				oldest = old
 			}
+		}
+		if len(r.regions) >= maxExchangers {
+			atomic.StoreInt32(&oldest.dropped, 1)
+			delete(r.regions, oldest.key)
 		}
 		r.regions[rs.key] = x
 	}
@@ -231,8 +229,9 @@ func (x *exchanger) flush(rs *regionSettings) {
 // lead reports whether this pod leads the region's exchange this
 // interval: it takes the lease (SET NX), or renews it when it holds it.
 // Plain commands, not a script (side.go); a lease that lapses between the
-// GET and the PEXPIRE at worst lets two pods exchange for an interval,
-// which computes the same shares twice.
+// GET and the PEXPIRE at worst lets two pods exchange for an interval:
+// each still grows shares only into what the peers published, and the
+// demand counted that interval is split between them.
 func (x *exchanger) lead(rs *regionSettings) bool {
 	k := leadKey(rs.name)
 	ttl := strconv.FormatInt(int64(2*rs.interval/time.Millisecond), 10)
@@ -681,10 +680,13 @@ func (x *exchanger) writeShares(ops []shareOp) error {
 		}
 		byNode[c] = b
 	}
-	// A write a node refuses (MOVED while slots move; another type at the
+	// Each node's writes in one transaction, so that a share never lives
+	// without its expiry (a connection lost between HSET and PEXPIRE). A
+	// write a node refuses (MOVED while slots move; another type at the
 	// key) leaves that key as it was, until the next interval.
 	for c, b := range byNode {
-		if _, err := c.sideRun(b, count[c]); err != nil {
+		tx := append(appendCommand(nil, "MULTI"), b...)
+		if _, err := c.sideRun(appendCommand(tx, "EXEC"), count[c]+2); err != nil {
 			return err
 		}
 	}
