@@ -475,36 +475,6 @@ func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, 
 	return op, next > was
 }
 
-// roomFor is what the peers' published shares of k leave, ppm.
-func roomFor(rs *regionSettings, ks *keyShares) int64 {
-	room := int64(ppm)
-	for i, p := range rs.peers {
-		pub := ks.peerPub[i]
-		if pub <= 0 {
-			pub = p.static
-		}
-		room -= pub
-	}
-	return room
-}
-
-// retireShare is nextShare for a key that no longer needs tracking: static,
-// growing towards it only into the room the peers left, and only while
-// every peer is heard.
-func retireShare(rs *regionSettings, ks *keyShares, was int64, silent int) int64 {
-	next := rs.static
-	if room := roomFor(rs, ks); next > room {
-		next = room
-	}
-	if next < rs.floor {
-		next = rs.floor
-	}
-	if next > was && silent > healthySteps {
-		next = was
-	}
-	return next
-}
-
 // restore takes over the region's tracked keys from its own report, when
 // this pod becomes the leader.
 func (x *exchanger) restore(rs *regionSettings) {

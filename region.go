@@ -43,16 +43,16 @@ import (
 
 // Bounds of the region configuration and of what one exchange carries.
 const (
-	maxPeers          = 8
-	maxRegionWeight   = 1000
-	defaultInterval   = 5 * time.Second
-	minInterval       = 100 * time.Millisecond
-	maxInterval       = time.Hour
-	defaultPeerTimout = "1s"
-	maxTracked        = 2000      // keys one region tracks, and one report carries
-	maxReportBytes    = 256 << 10 // a report, read or written
-	maxBucketKeyLen   = 200
-	ppm               = 1000000
+	maxPeers           = 8
+	maxRegionWeight    = 1000
+	defaultInterval    = 5 * time.Second
+	minInterval        = 100 * time.Millisecond
+	maxInterval        = time.Hour
+	defaultPeerTimeout = "1s"
+	maxTracked         = 2000      // keys one region tracks, and one report carries
+	maxReportBytes     = 256 << 10 // a report, read or written
+	maxBucketKeyLen    = 200
+	ppm                = 1000000
 )
 
 // regionSettings is a validated RegionConfig.
@@ -126,7 +126,7 @@ func compileRegion(c *RegionConfig, own redisSettings) (*regionSettings, error) 
 		}
 		to := pc.Timeout
 		if strings.TrimSpace(to) == "" {
-			to = defaultPeerTimout
+			to = defaultPeerTimeout
 		}
 		r, err := compileRedis(&RedisConfig{Mode: pc.Mode, Endpoints: pc.Endpoints, MasterName: pc.MasterName,
 			SentinelUsername: pc.SentinelUsername, SentinelPassword: pc.SentinelPassword, SentinelPasswordFile: pc.SentinelPasswordFile,
@@ -206,7 +206,7 @@ const (
 
 // keyShares is what the exchange knows of one key: this region's demand
 // (tokens per second, averaged) and share, and each peer's, from its
-// report (-1 share: the peer does not track it, so it holds its static).
+// report (share 0: the peer does not list it, so it holds its static).
 type keyShares struct {
 	demand  float64
 	share   int64 // ppm; 0: untracked (static)
@@ -235,22 +235,29 @@ func nextShare(rs *regionSettings, k *keyShares, silent int) int64 {
 	}
 	floors := rs.floor
 	total := k.demand
-	room := int64(ppm)
 	for i, p := range rs.peers {
 		floors += p.floor
 		total += k.peerD[i]
-		pub := k.peerPub[i]
-		if pub <= 0 {
-			pub = p.static
-		}
-		room -= pub
 	}
 	target := rs.static
 	if total > 0 {
-		target = rs.floor + int64(math.Round(float64(ppm-floors)*k.demand/total)) // capped by room below
+		target = rs.floor + int64(math.Round(float64(ppm-floors)*k.demand/total)) // capped by the room below
 	}
+	return bounded(rs, k, target, cur, silent)
+}
+
+// retireShare is nextShare for a key that no longer needs tracking: its
+// target is static.
+func retireShare(rs *regionSettings, k *keyShares, cur int64, silent int) int64 {
+	return bounded(rs, k, rs.static, cur, silent)
+}
+
+// bounded is the share a key moves to from cur towards target: at most
+// the room the peers' published shares leave, at least the floor, and no
+// higher than cur while a peer is unheard.
+func bounded(rs *regionSettings, k *keyShares, target, cur int64, silent int) int64 {
 	next := target
-	if next > room {
+	if room := roomFor(rs, k); next > room {
 		next = room
 	}
 	if next < rs.floor {
@@ -260,6 +267,20 @@ func nextShare(rs *regionSettings, k *keyShares, silent int) int64 {
 		next = cur // a peer unheard: no share grows
 	}
 	return next
+}
+
+// roomFor is what the peers' published shares of k leave, ppm (a peer
+// that does not list k holds its static share).
+func roomFor(rs *regionSettings, k *keyShares) int64 {
+	room := int64(ppm)
+	for i, p := range rs.peers {
+		pub := k.peerPub[i]
+		if pub <= 0 {
+			pub = p.static
+		}
+		room -= pub
+	}
+	return room
 }
 
 // A report: what a region's exchange publishes in its own Redis for the

@@ -13,6 +13,8 @@ package tollgate
 //   - local buckets: a bounded store per class (localStores).
 //   - metrics: counters per class and policy, bounded and left out of the
 //     output when idle (metrics.go).
+//   - region exchanges: at most maxExchangers, by configuration (past it,
+//     the one bound least recently stops; exchange.go).
 // No goroutine runs for ever: reclaiming happens inside New, and every
 // goroutine the plugin starts ends by itself: dials (redisClient.dialAsync;
 // one at a time per node, each within its dial budget), heartbeat batches
@@ -23,8 +25,6 @@ package tollgate
 // checks), the sentinel watcher (backend.watchSentinels; ends after
 // watchIdle without checks) and the region exchange (exchanger.loop; one
 // per region configuration, ending once a reload has dropped it).
-//   - region exchanges: at most maxExchangers, by configuration (past it,
-//     the one bound least recently stops).
 
 import (
 	"fmt"
