@@ -214,15 +214,7 @@ func TestReadmeACLInEveryMode(t *testing.T) {
 // for on the importing node (ASK, then ASKING and EVAL), decided by Redis.
 func aclFollowAsk(t *testing.T, c *Cluster, h http.Handler, client string) {
 	t.Helper()
-	slot, from := slotOf(t, c, bucketKey("acl", client))
-	to := otherPrimary(t, c, from)
-	fromID, toID := nodeID(t, from), nodeID(t, to)
-	if _, err := to.Do("CLUSTER", "SETSLOT", slot, "IMPORTING", fromID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := from.Do("CLUSTER", "SETSLOT", slot, "MIGRATING", toID); err != nil {
-		t.Fatal(err)
-	}
+	slot, _, to, toID := startMigration(t, c, bucketKey("acl", client))
 	if rec := do(h, "GET", "/", client); rec.Code != 200 || decided(rec) != "redis" {
 		t.Fatalf("slot migrating: %d decided by %q, want 200 by Redis (ASK followed with ASKING)", rec.Code, decided(rec))
 	}

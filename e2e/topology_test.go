@@ -244,6 +244,24 @@ func nodeID(t *testing.T, r *Redis) string {
 }
 
 // slotOf returns key's slot and its owner.
+// startMigration starts migrating key's slot from its owner to another
+// primary (IMPORTING on it, MIGRATING on the owner) and returns the slot,
+// both nodes and the importing node's id.
+func startMigration(t *testing.T, c *Cluster, key string) (slot int, from, to *Redis, toID string) {
+	t.Helper()
+	slot, from = slotOf(t, c, key)
+	to = otherPrimary(t, c, from)
+	fromID := nodeID(t, from)
+	toID = nodeID(t, to)
+	if _, err := to.Do("CLUSTER", "SETSLOT", slot, "IMPORTING", fromID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.Do("CLUSTER", "SETSLOT", slot, "MIGRATING", toID); err != nil {
+		t.Fatal(err)
+	}
+	return slot, from, to, toID
+}
+
 func slotOf(t *testing.T, c *Cluster, key string) (int, *Redis) {
 	t.Helper()
 	slot, err := redis.Int(c.Alive()[0].Do("CLUSTER", "KEYSLOT", key))
@@ -275,17 +293,9 @@ func TestClusterFollowsAskAndMoved(t *testing.T) {
 		h := e.handler(e.pod(), "api@file", clusterOpts(c, "class", "api", "average", 60, "period", "1h", "burst", 5))
 		waitDecidedByRedis(t, h, 5*time.Second)
 		client := t.Name()
-		slot, from := slotOf(t, c, bucketKey("api", client))
-		to := otherPrimary(t, c, from)
-		fromID, toID := nodeID(t, from), nodeID(t, to)
 		// The slot starts migrating: a key not on its owner yet is asked
 		// for on the importing node (ASK, then ASKING).
-		if _, err := to.Do("CLUSTER", "SETSLOT", slot, "IMPORTING", fromID); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := from.Do("CLUSTER", "SETSLOT", slot, "MIGRATING", toID); err != nil {
-			t.Fatal(err)
-		}
+		slot, from, to, toID := startMigration(t, c, bucketKey("api", client))
 		if n := hammer(t, h, client, 1); n != 1 {
 			t.Fatal("the first request during the migration was refused")
 		}
