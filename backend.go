@@ -171,6 +171,7 @@ func (b *backend) failed(ns int64, err error, o *redisSettings) {
 	if !podFault(err) {
 		atomic.AddInt64(&b.failures, 1)
 		if b.breaker.failure(ns, o.breakerThreshold, o.probeNS) {
+			b.suspectAll() // every node's connections prove themselves again
 			b.startProber()
 		}
 	}
@@ -187,6 +188,7 @@ func (b *backend) dialFailed(err error) {
 	atomic.AddInt64(&b.failures, 1)
 	atomic.AddInt64(&b.metrics.errors[reasonDial], 1)
 	if b.breaker.failure(ns, set.breakerThreshold, set.probeNS) {
+		b.suspectAll()
 		b.startProber()
 	}
 	b.logFailure(ns, err, &set)

@@ -89,16 +89,17 @@ func TestDialHostileReplies(t *testing.T) {
 		{desc: "CLUSTER SLOTS: arrays nested 9 deep", on: "CLUSTER", reply: strings.Repeat("*1\r\n", 9) + ":1\r\n"},
 		{desc: "SENTINEL get-master-addr-by-name: a bulk string of 99999999999 bytes", on: "SENTINEL", reply: "*2\r\n$99999999999\r\n"},
 		// At the limits.
-		{desc: "CLUSTER SLOTS: 65536 integers", on: "CLUSTER", reply: "*65536\r\n" + strings.Repeat(":1\r\n", 65536), ok: true, want: 65536},
+		{desc: "CLUSTER SLOTS: 16384 integers", on: "CLUSTER", reply: "*16384\r\n" + strings.Repeat(":1\r\n", 16384), ok: true, want: 16384},
+		{desc: "CLUSTER SLOTS: 65536 integers, past the budget", on: "CLUSTER", reply: "*65536\r\n" + strings.Repeat(":1\r\n", 65536)},
 		{desc: "CLUSTER SLOTS: arrays nested 8 deep", on: "CLUSTER", reply: strings.Repeat("*1\r\n", 8) + ":1\r\n", ok: true, want: 1},
-		{desc: "SENTINEL get-master-addr-by-name: a bulk string of 1 MiB", on: "SENTINEL", reply: "$1048576\r\n" + mib + "\r\n", ok: true, want: 1 << 20},
+		{desc: "SENTINEL get-master-addr-by-name: a bulk string of 64 KiB", on: "SENTINEL", reply: "$65536\r\n" + mib[:1<<16] + "\r\n", ok: true, want: 1 << 16},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			addr := hostileServer(t, tc.on, tc.reply)
 			deadline := time.Now().Add(10 * time.Second)
 			ctx, cancel := context.WithDeadline(context.Background(), deadline)
 			defer cancel()
-			conn, err := redis.DialContext(ctx, "tcp", addr, dialOptions(nil, deadline, "", tc.password, tc.db, func(_ net.Conn) {})...)
+			conn, err := redis.DialContext(ctx, "tcp", addr, dialOptions(nil, deadline, "", tc.password, tc.db, adminBytes, func(_ net.Conn) {})...)
 			var reply interface{}
 			if err == nil {
 				defer conn.Close()
@@ -125,10 +126,68 @@ func TestDialHostileReplies(t *testing.T) {
 				return
 			}
 			// A protocol error at once: not a timeout, not a crash.
-			if err == nil || !strings.HasPrefix(err.Error(), "redigo: ") {
-				t.Fatalf("error %v, want redigo's protocol error", err)
+			if err == nil || !strings.HasPrefix(err.Error(), "redigo: ") && !errors.Is(err, errReplyTooLong) {
+				t.Fatalf("error %v, want redigo's protocol error or errReplyTooLong", err)
 			}
 		})
+	}
+}
+
+// TestDialReadsABoundedTotal checks that a node cannot make a dial or a
+// topology query hold memory out of proportion to the budget: nested
+// arrays of empty arrays, which redigo holds at 10-14 times their bytes,
+// are cut off at the connection's budget (handshakeBytes, adminBytes).
+func TestDialReadsABoundedTotal(t *testing.T) {
+	// 8 MB: 32 arrays of 65536 empty arrays (redigo's most per array).
+	nested := "*65536\r\n" + strings.Repeat("*65536\r\n"+strings.Repeat("*0\r\n", 65536), 32)
+	for _, tc := range []struct {
+		desc, on string
+		budget   int
+	}{
+		{desc: "the handshake's CLIENT SETNAME", on: "CLIENT", budget: handshakeBytes},
+		{desc: "a topology query", on: "CLUSTER", budget: adminBytes},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			addr := hostileServer(t, tc.on, nested)
+			deadline := time.Now().Add(10 * time.Second)
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			defer cancel()
+			var raw net.Conn
+			conn, err := redis.DialContext(ctx, "tcp", addr, dialOptions(nil, deadline, "", "", 0, tc.budget, func(nc net.Conn) { raw = nc })...)
+			if err == nil {
+				_, err = conn.Do("CLUSTER", "SLOTS")
+				conn.Close()
+			}
+			if !errors.Is(err, errReplyTooLong) {
+				t.Fatalf("error %v, want errReplyTooLong", err)
+			}
+			if raw == nil {
+				t.Fatal("no connection")
+			}
+		})
+	}
+}
+
+// TestBudgetConnReadsAtMostItsBudget: redigo reads a budgetConn's bytes
+// up to its budget, then errReplyTooLong, however the reads are split.
+func TestBudgetConnReadsAtMostItsBudget(t *testing.T) {
+	client, server := net.Pipe()
+	defer client.Close()
+	go func() {
+		_, _ = server.Write(make([]byte, 10000))
+		server.Close()
+	}()
+	bc := &budgetConn{Conn: client, left: 4096}
+	total := 0
+	buf := make([]byte, 1500)
+	var err error
+	for err == nil {
+		var n int
+		n, err = bc.Read(buf)
+		total += n
+	}
+	if total != 4096 || !errors.Is(err, errReplyTooLong) {
+		t.Fatalf("read %d bytes, then %v; want 4096, then errReplyTooLong", total, err)
 	}
 }
 
@@ -141,7 +200,7 @@ func TestDialAllocatesWhatArrives(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		deadline := time.Now().Add(10 * time.Second)
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		conn, err := redis.DialContext(ctx, "tcp", addr, dialOptions(nil, deadline, "", "", 0, func(_ net.Conn) {})...)
+		conn, err := redis.DialContext(ctx, "tcp", addr, dialOptions(nil, deadline, "", "", 0, adminBytes, func(_ net.Conn) {})...)
 		cancel()
 		if err != nil {
 			t.Fatal(err)

@@ -98,6 +98,7 @@ func (b *backend) loadSlots() error {
 		b.forget(keep)
 		b.topo.mu.Unlock()
 		if changed {
+			b.suspectAll() // a failover: a node's connections may be to its old role
 			b.breaker.probeSoon()
 		}
 		return nil

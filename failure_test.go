@@ -36,9 +36,23 @@ type fakeRedis struct {
 	names   int64             // CLIENT commands received
 	frozen  int32             // 1: commands are read but never answered
 	isDown  int32             // 1: connections are closed at once
+	pings   int64             // PINGs received
+	resets  int32             // 1: a check is run (counted), then its connection closed unanswered
+
+	open map[net.Conn]bool // guarded by mu: the connections being served
 
 	mu    sync.Mutex
 	auths []string // the password of each AUTH received
+}
+
+// restart closes every connection open, as a restarted Redis does; the
+// server goes on accepting new ones.
+func (f *fakeRedis) restart() {
+	f.mu.Lock()
+	for c := range f.open {
+		c.Close()
+	}
+	f.mu.Unlock()
 }
 
 // freeze makes the server stop answering.
@@ -106,7 +120,18 @@ func (f *fakeRedis) serve() {
 }
 
 func (f *fakeRedis) conn(c net.Conn) {
-	defer c.Close()
+	f.mu.Lock()
+	if f.open == nil {
+		f.open = map[net.Conn]bool{}
+	}
+	f.open[c] = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.open, c)
+		f.mu.Unlock()
+		c.Close()
+	}()
 	br := bufio.NewReader(c)
 	for {
 		args, err := readCommand(br)
@@ -138,6 +163,7 @@ func (f *fakeRedis) conn(c net.Conn) {
 			reply = ":3\r\n"
 		}
 		if args[0] == "PING" {
+			atomic.AddInt64(&f.pings, 1)
 			reply = "+PONG\r\n"
 		}
 		if r, ok := f.replies[strings.ToUpper(args[0])]; ok {
@@ -145,6 +171,9 @@ func (f *fakeRedis) conn(c net.Conn) {
 		} else if args[0] == "EVALSHA" || args[0] == "EVAL" {
 			atomic.AddInt64(&f.evals, 1)
 			reply = f.reply
+			if atomic.LoadInt32(&f.resets) == 1 {
+				return // run, then the connection lost before the reply
+			}
 		}
 		if _, err := c.Write([]byte(reply)); err != nil {
 			return

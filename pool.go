@@ -14,8 +14,10 @@ package tollgate
 // or every connection dropped by a Redis restart) does a check wait, for
 // the dial in progress, within the dial budget: the dial reaches Redis, so
 // a Redis that is down or unreachable answers that wait with a failure.
-// After a failed dial, checks fail at once (errDialFailed) until a dial
-// succeeds; a new dial is tried off the request's clock, one at a time.
+// For a dial budget after a failed dial, checks fail at once
+// (errDialFailed); a new dial is tried off the request's clock, one at a
+// time. A connection that may have outlived its Redis carries no check
+// before it answers a PING (stale.go).
 
 import (
 	"crypto/tls"
@@ -63,11 +65,13 @@ type redisClient struct {
 	onDialError func(error) // set once before use; counts a failed dial
 
 	mu         sync.Mutex // guards the fields below
-	dialDone   *sync.Cond // broadcast when a dial ends
-	conns      []*rconn   // open connections
+	dialDone   *sync.Cond // broadcast when a dial or a proof ends
+	conns      []*rconn   // open connections (not those being proven)
 	poolSize   int
 	dialing    int   // dials in progress
 	dialFailed bool  // the last dial failed, or a connection stopped answering; no dial succeeded since
+	failedAt   int64 // monotonic ns when dialFailed was last set
+	epoch      int64 // bumped when the connections may have outlived their Redis (stale.go)
 	lastPrune  int64 // monotonic ns
 
 	sideMu    sync.Mutex // guards side
@@ -110,34 +114,41 @@ func (c *redisClient) setPoolSize(n int) {
 	c.mu.Unlock()
 }
 
-// pick returns the least busy live connection dialled at notBefore
-// (monotonic ns) or later, starting a dial when all are busy and the pool
-// may grow. With none it waits for the dial in progress, unless the last
-// dial failed.
-func (c *redisClient) pick(notBefore int64) (*rconn, error) {
+// pick returns the least busy connection dialled at notBefore (monotonic
+// ns) or later and known good, starting a dial when all are busy and the
+// pool may grow. One that may have outlived its Redis is proven first (a
+// PING, by this caller, at most once: stale.go). With none it waits for
+// the dial in progress, unless a dial failed less than a dial budget ago.
+func (c *redisClient) pick(notBefore int64, timeout time.Duration) (*rconn, error) {
+	proved := false
 	c.mu.Lock()
 	for {
-		var best *rconn
-		load := deadLoad
-		for _, cn := range c.conns {
-			if n := atomic.LoadInt64(&cn.inflight); n < load && cn.born >= notBefore {
-				best, load = cn, n
-				if n == 0 {
-					break
-				}
+		ns := c.mono()
+		best, suspect, busy := c.usable(notBefore, ns)
+		if suspect != nil && !proved && (best == nil || atomic.LoadInt64(&best.inflight) > 0) {
+			proved = true
+			if err := c.prove(suspect, timeout); err == errTimeout {
+				c.mu.Unlock()
+				return nil, err // Redis is slower than the check's budget
 			}
+			continue
+		}
+		if best == nil {
+			// Behind the replies a suspect connection owes: its reader
+			// finds out whether Redis answers (a frozen Redis's
+			// connection goes stale), with no wait for a dial.
+			best = busy
 		}
 		if best != nil {
-			ns := c.mono()
 			best.used = ns
-			c.tend(load >= growAt*int64(len(c.conns)), ns)
+			c.tend(atomic.LoadInt64(&best.inflight) >= growAt*int64(len(c.conns)), ns)
 			c.mu.Unlock()
 			return best, nil
 		}
 		if c.dialing == 0 && c.poolSize > 0 {
 			c.startDial()
 		}
-		if c.dialFailed || c.poolSize <= 0 {
+		if c.poolSize <= 0 || c.failingFast(ns) {
 			c.mu.Unlock()
 			return nil, errDialFailed
 		}
@@ -172,10 +183,13 @@ func (c *redisClient) dialAsync() {
 	if err == nil {
 		cn.born = c.mono()
 		cn.used = cn.born
+		cn.epoch = c.epoch
 		c.conns = append(c.conns, cn)
 		c.dialFailed = false
 	} else {
 		c.dialFailed = true
+		c.failedAt = c.mono()
+		c.epoch++ // what stopped this dial may have ended the others' Redis
 	}
 	c.mu.Unlock()
 	if err != nil {
@@ -217,6 +231,7 @@ func (c *redisClient) drop(cn *rconn, silent bool) {
 	c.mu.Lock()
 	if silent {
 		c.dialFailed = true
+		c.failedAt = c.mono()
 	}
 	for i, x := range c.conns {
 		if x == cn {
@@ -308,7 +323,7 @@ func (c *redisClient) roundTrip(pre *call, prefix []byte, cmd *command, head []b
 // attempt is one try of roundTrip on a connection dialled at notBefore or
 // later; cn is nil when there is none (the error says why).
 func (c *redisClient) attempt(pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration, notBefore int64) (*rconn, *call, error) {
-	cn, err := c.pick(notBefore)
+	cn, err := c.pick(notBefore, timeout)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -317,34 +332,6 @@ func (c *redisClient) attempt(pre *call, prefix []byte, cmd *command, head []byt
 		*pre = call{wake: pre.wake}
 	}
 	return cn, cl, cn.exchange(pre, cl, prefix, cmd, head, key, timeout, c.now)
-}
-
-// retry goes on after a call cl on cn failed with err: a dead connection
-// is dropped; when the connection was lost, the connections dialled
-// before it are suspect too (a restarted Redis closed them all): the idle
-// ones are closed and the call is tried once more, on one dialled from
-// now on.
-func (c *redisClient) retry(cn *rconn, cl *call, err error, pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration) (*call, error) {
-	if connLost(err) {
-		notBefore := c.mono()
-		c.drop(cn, false)
-		c.closeIdle()
-		if cn, cl, err = c.attempt(pre, prefix, cmd, head, key, timeout, notBefore); err == nil || cn == nil {
-			return cl, err
-		}
-	}
-	if dead := cn.deadErr(); dead != nil {
-		c.drop(cn, dead == errStale)
-	}
-	return cl, err
-}
-
-// connLost reports an error of a connection that failed as a whole (the
-// server closed it, a write failed), as opposed to a timeout or a reply:
-// the call may be tried again on another connection.
-func connLost(err error) bool {
-	return err == errWrite || err != errTimeout && err != errStale && err != errOwed && err != errBadReply && err != errNoScript && err != errRedirect &&
-		err != errReadOnly && err != errQueueFull && err != errDialFailed && !isTimeout(err)
 }
 
 // check runs the bucket script for the client key and stores the decision
@@ -371,6 +358,10 @@ func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time
 		}
 	}
 	if cn != nil {
+		if cn.epoch != c.epoch || ns-cn.used >= int64(proveAfter) {
+			c.mu.Unlock()
+			return c.shared(cmd, key, d, timeout) // pick proves it first (stale.go)
+		}
 		cn.used = ns // before tend: the pick is not pruned
 	}
 	grow := cn == nil || load >= growAt*int64(len(c.conns))
@@ -491,6 +482,8 @@ func (c *redisClient) probe(timeout time.Duration) error {
 	cn.born = c.mono()
 	cn.used = cn.born
 	c.mu.Lock()
+	c.epoch++ // those open before the probe may be its predecessor's
+	cn.epoch = c.epoch
 	c.conns = append(c.conns, cn)
 	c.dialFailed = false
 	c.dialDone.Broadcast()

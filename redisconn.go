@@ -11,6 +11,7 @@ import (
 	"crypto/sha1"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -52,7 +53,7 @@ func (c *redisClient) dial(deadline time.Time, loadScript bool) (*rconn, error) 
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	var raw net.Conn
-	opts := dialOptions(c.tlsConf, deadline, c.set.username, c.set.password, c.set.db, func(nc net.Conn) { raw = nc })
+	opts := dialOptions(c.tlsConf, deadline, c.set.username, c.set.password, c.set.db, handshakeBytes, func(nc net.Conn) { raw = nc })
 	conn, err := redis.DialContext(ctx, "tcp", c.set.addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("dialing redis %s: %w", c.set.addr, err)
@@ -79,11 +80,40 @@ func (c *redisClient) dial(deadline time.Time, loadScript bool) (*rconn, error) 
 	return newConn(raw), nil
 }
 
+// Bounds on what redigo may read on one connection, in all: redigo bounds
+// each length it reads but not a reply's total, and holds 10-14 times the
+// bytes of nested empty arrays it parses. A node's reply is untrusted.
+const (
+	handshakeBytes = 16 << 10  // AUTH, CLIENT SETNAME, SELECT, SCRIPT LOAD: a few lines
+	adminBytes     = 128 << 10 // a topology query: CLUSTER SLOTS of hundreds of nodes
+)
+
+// errReplyTooLong is a node that sent more than redigo may read.
+var errReplyTooLong = errors.New("tollgate: redis sent more than a handshake or topology reply may hold")
+
+// budgetConn is a connection as redigo reads it: at most left bytes more.
+type budgetConn struct {
+	net.Conn
+	left int
+}
+
+func (bc *budgetConn) Read(p []byte) (int, error) {
+	if bc.left <= 0 {
+		return 0, errReplyTooLong
+	}
+	if len(p) > bc.left {
+		p = p[:bc.left]
+	}
+	n, err := bc.Conn.Read(p)
+	bc.left -= n
+	return n, err
+}
+
 // dialOptions are redigo's options for a connection that must be ready by
 // deadline: TCP (and TLS with tlsConf) with the deadline set, AUTH (with
-// username when set), SELECT db, CLIENT SETNAME tollgate. got receives the
-// raw connection.
-func dialOptions(tlsConf *tls.Config, deadline time.Time, username, password string, db int64, got func(net.Conn)) []redis.DialOption {
+// username when set), SELECT db, CLIENT SETNAME tollgate; redigo reads at
+// most budget bytes of it. got receives the raw connection.
+func dialOptions(tlsConf *tls.Config, deadline time.Time, username, password string, db int64, budget int, got func(net.Conn)) []redis.DialOption {
 	opts := []redis.DialOption{
 		redis.DialContextFunc(func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var d net.Dialer
@@ -108,7 +138,7 @@ func dialOptions(tlsConf *tls.Config, deadline time.Time, username, password str
 				nc = tc
 			}
 			got(nc)
-			return nc, nil
+			return &budgetConn{Conn: nc, left: budget}, nil
 		}),
 		redis.DialReadTimeout(time.Until(deadline)),
 		redis.DialWriteTimeout(time.Until(deadline)),

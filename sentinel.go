@@ -53,6 +53,7 @@ func (b *backend) setPrimary(addr string) {
 		old = b.topo.primary.set.addr
 	}
 	b.topo.primary = c
+	c.suspect() // a node known before as a replica, or before a restart
 	b.forget(map[*redisClient]bool{c: true})
 	b.breaker.probeSoon()
 	log.Printf("tollgate: redis sentinel: primary %q is now %s (was %s)", b.base.masterName, addr, old)

@@ -32,6 +32,7 @@ func (c *redisClient) onSide(fn func(cn *rconn) error) error {
 		c.side.kill(err)
 		c.side.mu.Unlock()
 		c.side = nil
+		c.suspect() // what failed it may have failed the pool's too
 		return err
 	}
 	return nil

@@ -314,5 +314,5 @@ func (b *backend) adminConn(addr, user, pass string, db int64, got func(net.Conn
 	deadline := time.Now().Add(dialTimeoutFor(b.base.timeout))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	return redis.DialContext(ctx, "tcp", addr, dialOptions(b.tlsConf, deadline, user, pass, db, got)...)
+	return redis.DialContext(ctx, "tcp", addr, dialOptions(b.tlsConf, deadline, user, pass, db, adminBytes, got)...)
 }

@@ -53,6 +53,7 @@ var (
 	errWrite     = errors.New("tollgate: writing to redis failed: connection closed")
 	errOwed      = errors.New("tollgate: redis connection failed with the reply owed")
 	errStale     = errors.New("tollgate: redis owes replies past their deadline: connection closed")
+	errNotSent   = errors.New("tollgate: redis connection closed before the call was written")
 )
 
 const (
@@ -99,6 +100,7 @@ type rconn struct {
 	timeout   time.Duration // the timeout of the calls written so far
 	used      int64         // monotonic ns when the pool last handed it out (guarded by the pool's mu)
 	born      int64         // monotonic ns when it joined the pool
+	epoch     int64         // the pool's epoch when it last proved good (guarded by the pool's mu; stale.go)
 }
 
 // call is one request on a connection and, once done, its reply line (a
@@ -207,9 +209,9 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 // refuse is send's answer when the connection takes no more calls: dead,
 // or its queue full. Requires cn.wmu and cn.mu held; releases them.
 func (cn *rconn) refuse() error {
-	err := cn.dead
-	if err == nil {
-		err = errQueueFull
+	err := errQueueFull
+	if cn.dead != nil {
+		err = errNotSent // it may be tried on another connection
 	}
 	cn.mu.Unlock()
 	cn.wmu.Unlock()

@@ -1,0 +1,211 @@
+package tollgate
+
+// Connections that may have outlived their Redis, and the calls that may
+// be tried again.
+//
+// A pooled connection is known good while nothing has happened since it
+// last answered: no failure on its node (a check, a dial, a side
+// command), no breaker transition or topology change, no probe that
+// reconnected, and the pool handed it out less than proveAfter ago.
+// Each such event bumps the pool's epoch; a connection proven at an
+// older epoch, or idle for longer, is suspect: a restarted Redis closed
+// it (its FIN unread), Redis's `timeout` did, or a freeze left it owing
+// replies. A suspect connection carries no check until it answers a
+// PING, sent alone by the check that picked it; one that does not
+// answer is closed, with its idle siblings of the same age, and the
+// check goes on on another connection or waits for a dial. So the first
+// burst after an incident is decided by Redis, and the hot path pays two
+// comparisons when nothing has happened.
+//
+// Exactly once. A call that may have run is never run again: a check
+// written whole to a connection that then failed (a reset, EOF, a
+// timeout) fails, and the failure policy decides the request. A call that
+// cannot have run is tried once more, on a good connection: its write
+// failed (Redis never read it whole: errWrite), or the connection was
+// dead before it was written (errNotSent). (Redis may run a call and
+// lose the connection before its reply is written, when another client
+// kills it in the same event-loop turn; such a call is not retried.)
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// proveAfter is how long a connection may go unused and still carry a
+// check without a PING first: below Redis's shortest `timeout` (1 s), so
+// a connection closed by it is found out before a check is written.
+const proveAfter = 500 * time.Millisecond
+
+// usable returns the least busy connection dialled at notBefore or later
+// that is known good, the first idle one that is suspect, and the least
+// busy suspect one that carries calls (a frozen Redis's owes replies).
+// Requires c.mu held.
+func (c *redisClient) usable(notBefore, ns int64) (*rconn, *rconn, *rconn) {
+	var best, suspect, busy *rconn
+	load, busyLoad := deadLoad, deadLoad
+	for _, cn := range c.conns {
+		if cn.born < notBefore {
+			continue
+		}
+		n := atomic.LoadInt64(&cn.inflight)
+		if cn.epoch != c.epoch || ns-cn.used >= int64(proveAfter) {
+			if n == 0 && suspect == nil {
+				suspect = cn
+			} else if n > 0 && n < busyLoad {
+				busy = cn
+				busyLoad = n
+			}
+			continue
+		}
+		if n < load {
+			best = cn
+			load = n
+			if n == 0 {
+				break
+			}
+		}
+	}
+	return best, suspect, busy
+}
+
+// prove takes cn out of the pool and sends it a PING within timeout:
+// answered, it rejoins the pool proven at the epoch it was taken at; not
+// answered, it is closed, and so are the idle connections as suspect as
+// it was (most likely they share its fate); the rest become suspect. It returns
+// the PING's error, errTimeout when Redis did not answer in time.
+// Requires c.mu held; releases it while the PING is out.
+func (c *redisClient) prove(cn *rconn, timeout time.Duration) error {
+	c.remove(cn)
+	epoch := c.epoch
+	c.mu.Unlock()
+	cl := newCall()
+	err := cn.exchange(nil, cl, pingCmd, nil, nil, "", timeout, c.now)
+	if err == nil && string(cl.line) != pongReply {
+		err = errBadReply
+	}
+	if err == nil {
+		releaseCall(cl)
+	} else {
+		cn.mu.Lock()
+		cn.kill(errConnDead)
+		cn.mu.Unlock()
+	}
+	c.mu.Lock()
+	if err == nil {
+		cn.epoch = epoch
+		cn.used = c.mono()
+		// First: the pool's first connections carry steady traffic and
+		// the rest are pruned when idle (pruneIdle).
+		c.conns = append([]*rconn{cn}, c.conns...)
+	} else {
+		c.closeSuspect(epoch, c.mono())
+		c.epoch++
+	}
+	c.dialDone.Broadcast()
+	if err != nil && isTimeout(err) {
+		return errTimeout
+	}
+	return err
+}
+
+// remove takes cn out of the pool's list. Requires c.mu held.
+func (c *redisClient) remove(cn *rconn) {
+	at := -1
+	for i, x := range c.conns {
+		if x == cn {
+			at = i
+			break
+		}
+	}
+	if at >= 0 {
+		copy(c.conns[at:], c.conns[at+1:])
+		c.conns[len(c.conns)-1] = nil
+		c.conns = c.conns[:len(c.conns)-1]
+	}
+}
+
+// closeSuspect closes the idle connections that were suspect at epoch.
+// Requires c.mu held.
+func (c *redisClient) closeSuspect(epoch, ns int64) {
+	keep := c.conns[:0]
+	for _, cn := range c.conns {
+		if (cn.epoch != epoch || ns-cn.used >= int64(proveAfter)) && cn.closeIfIdle() {
+			continue
+		}
+		keep = append(keep, cn)
+	}
+	for i := len(keep); i < len(c.conns); i++ {
+		c.conns[i] = nil
+	}
+	c.conns = keep
+}
+
+// failingFast reports whether a check finding no connection fails at
+// once rather than wait for a dial: a dial failed (or a connection went
+// silent) less than a dial budget ago, so Redis is most likely still
+// away. Past that, one check's wait for a dial finds out (a failed dial
+// long ago, during an outage that has since ended, must not fail the
+// first burst after it). Requires c.mu held.
+func (c *redisClient) failingFast(ns int64) bool {
+	return c.dialFailed && ns-c.failedAt < int64(c.dialTimeout)
+}
+
+// suspect marks every connection of the pool as possibly outlived by its
+// Redis: each proves itself before its next check; the side connection is
+// dialled again before its next use.
+func (c *redisClient) suspect() {
+	c.mu.Lock()
+	c.epoch++
+	c.mu.Unlock()
+	atomic.StoreInt32(&c.sideStale, 1)
+}
+
+// suspectAll is suspect for every node of the backend.
+func (b *backend) suspectAll() {
+	for _, c := range b.clients() {
+		c.suspect()
+	}
+}
+
+// neverSent reports an error of a call that cannot have reached Redis
+// whole: it may be tried once more.
+func neverSent(err error) bool { return err == errWrite || err == errNotSent }
+
+// connLost reports an error of a connection that failed as a whole (the
+// server closed it, a write failed), as opposed to a timeout or a reply.
+func connLost(err error) bool {
+	return err == errWrite || err == errNotSent || err != errTimeout && err != errStale && err != errOwed && err != errBadReply && err != errNoScript && err != errRedirect &&
+		err != errReadOnly && err != errQueueFull && err != errDialFailed && !isTimeout(err)
+}
+
+// replyFault reports an error that Redis answered (a reply, or a
+// connection's queue full on our side): the connection is fine.
+func replyFault(err error) bool {
+	return err == errNoScript || err == errRedirect || err == errReadOnly || err == errQueueFull || err == errDialFailed
+}
+
+// retry goes on after a call cl on cn failed with err: anything but a
+// reply makes the pool's connections suspect, a dead connection is
+// dropped, and a call that cannot have run is tried once more (the pick
+// proves the connection it lands on).
+func (c *redisClient) retry(cn *rconn, cl *call, err error, pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration) (*call, error) {
+	if !replyFault(err) {
+		c.suspect()
+	}
+	if dead := cn.deadErr(); dead != nil {
+		c.drop(cn, dead == errStale)
+	}
+	if !neverSent(err) {
+		return cl, err
+	}
+	cn, cl, err = c.attempt(pre, prefix, cmd, head, key, timeout, 0)
+	if err != nil && cn != nil {
+		if !replyFault(err) {
+			c.suspect()
+		}
+		if dead := cn.deadErr(); dead != nil {
+			c.drop(cn, dead == errStale)
+		}
+	}
+	return cl, err
+}
