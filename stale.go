@@ -37,9 +37,10 @@ import (
 const proveAfter = 500 * time.Millisecond
 
 // usable returns the least busy connection dialled at notBefore or later
-// that is known good, the first idle one that is suspect, and the least
-// busy suspect one that carries calls (a frozen Redis's owes replies).
-// Requires c.mu held.
+// that is known good, the first suspect one that carries no call (idle,
+// or owing only the replies of calls that timed out: its PING drains
+// them), and the least busy suspect one that carries calls. Requires c.mu
+// held.
 func (c *redisClient) usable(notBefore, ns int64) (*rconn, *rconn, *rconn) {
 	var best, suspect, busy *rconn
 	load, busyLoad := deadLoad, deadLoad
@@ -49,7 +50,7 @@ func (c *redisClient) usable(notBefore, ns int64) (*rconn, *rconn, *rconn) {
 		}
 		n := atomic.LoadInt64(&cn.inflight)
 		if cn.epoch != c.epoch || ns-cn.used >= int64(proveAfter) {
-			if n == 0 && suspect == nil {
+			if suspect == nil && (n == 0 || n < deadLoad && cn.owesOnly()) {
 				suspect = cn
 			} else if n > 0 && n < busyLoad {
 				busy = cn
@@ -66,6 +67,25 @@ func (c *redisClient) usable(notBefore, ns int64) (*rconn, *rconn, *rconn) {
 		}
 	}
 	return best, suspect, busy
+}
+
+// owesOnly reports whether every call on cn is done (timed out) and no
+// check reads: what it carries are replies owed to no one. It does not
+// wait for cn's lock.
+func (cn *rconn) owesOnly() bool {
+	if !cn.mu.TryLock() {
+		return false
+	}
+	defer cn.mu.Unlock()
+	if cn.reading || cn.dead != nil {
+		return false
+	}
+	for _, cl := range cn.queue {
+		if !cl.done {
+			return false
+		}
+	}
+	return true
 }
 
 // prove takes cn out of the pool and sends it a PING within timeout:
