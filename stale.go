@@ -121,8 +121,15 @@ func (c *redisClient) prove(cn *rconn, timeout time.Duration) error {
 		c.closeSuspect(epoch, c.mono())
 		c.epoch++
 	}
+	silent := err == errTimeout || err != nil && isTimeout(err)
+	if silent {
+		// As a connection gone stale: checks finding no connection do
+		// not wait a dial budget for a silent Redis (failingFast).
+		c.dialFailed = true
+		c.failedAt = c.mono()
+	}
 	c.dialDone.Broadcast()
-	if err != nil && isTimeout(err) {
+	if silent {
 		return errTimeout
 	}
 	return err
