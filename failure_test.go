@@ -37,6 +37,7 @@ type fakeRedis struct {
 	frozen  int32             // 1: commands are read but never answered
 	isDown  int32             // 1: connections are closed at once
 	pings   int64             // PINGs received
+	ids     int64             // the last CLIENT ID given
 	resets  int32             // 1: a check is run (counted), then its connection closed unanswered
 
 	open map[net.Conn]bool // guarded by mu: the connections being served
@@ -147,7 +148,9 @@ func (f *fakeRedis) conn(c net.Conn) {
 			f.auths = append(f.auths, args[len(args)-1])
 			f.mu.Unlock()
 		}
-		if args[0] == "CLIENT" {
+		if args[0] == "CLIENT" && len(args) > 1 && strings.EqualFold(args[1], "ID") {
+			reply = ":" + strconv.FormatInt(atomic.AddInt64(&f.ids, 1), 10) + "\r\n"
+		} else if args[0] == "CLIENT" {
 			atomic.AddInt64(&f.names, 1)
 			time.Sleep(time.Until(time.Unix(0, atomic.LoadInt64(&f.setName))))
 		}

@@ -70,7 +70,7 @@ type redisClient struct {
 	poolSize   int
 	dialing    int   // dials in progress
 	dialFailed bool  // the last dial failed, or a connection stopped answering; no dial succeeded since
-	failedAt   int64 // monotonic ns when dialFailed was last set
+	silentAt   int64 // monotonic ns when Redis last went silent: a dial timed out, a connection went stale
 	epoch      int64 // bumped when the connections may have outlived their Redis (stale.go)
 	lastPrune  int64 // monotonic ns
 
@@ -118,9 +118,10 @@ func (c *redisClient) setPoolSize(n int) {
 // ns) or later and known good, starting a dial when all are busy and the
 // pool may grow. One that may have outlived its Redis is proven first (a
 // PING, by this caller, at most once: stale.go). With none it waits for
-// the dial in progress, unless a dial failed less than a dial budget ago.
+// the dial in progress, once, unless Redis went silent less than a dial
+// budget ago (failingFast).
 func (c *redisClient) pick(notBefore int64, timeout time.Duration) (*rconn, error) {
-	proved := false
+	proved, waited := false, false
 	c.mu.Lock()
 	for {
 		ns := c.mono()
@@ -145,13 +146,15 @@ func (c *redisClient) pick(notBefore int64, timeout time.Duration) (*rconn, erro
 			c.mu.Unlock()
 			return best, nil
 		}
-		if c.dialing == 0 && c.poolSize > 0 {
+		failed := waited && c.dialFailed // the dial this check waited for failed
+		if c.dialing == 0 && c.poolSize > 0 && !failed {
 			c.startDial()
 		}
-		if c.poolSize <= 0 || c.failingFast(ns) {
+		if c.poolSize <= 0 || c.failingFast(ns) || failed {
 			c.mu.Unlock()
 			return nil, errDialFailed
 		}
+		waited = true
 		c.dialDone.Wait() // a dial ends within its budget
 	}
 }
@@ -188,7 +191,9 @@ func (c *redisClient) dialAsync() {
 		c.dialFailed = false
 	} else {
 		c.dialFailed = true
-		c.failedAt = c.mono()
+		if isTimeout(err) {
+			c.silentAt = c.mono()
+		}
 		c.epoch++ // what stopped this dial may have ended the others' Redis
 	}
 	c.mu.Unlock()
@@ -231,7 +236,7 @@ func (c *redisClient) drop(cn *rconn, silent bool) {
 	c.mu.Lock()
 	if silent {
 		c.dialFailed = true
-		c.failedAt = c.mono()
+		c.silentAt = c.mono()
 	}
 	for i, x := range c.conns {
 		if x == cn {

@@ -77,7 +77,28 @@ func (c *redisClient) dial(deadline time.Time, loadScript bool) (*rconn, error) 
 		_ = raw.Close()
 		return nil, fmt.Errorf("dialing redis %s: loading the script: %w: SHA %q", c.set.addr, errBadReply, sha)
 	}
-	return newConn(raw), nil
+	// The connection's CLIENT ID, which grows with every connection a
+	// Redis process accepts and starts again at a restart (stale.go: a
+	// lower ID on a later connection means a restarted Redis). Unknown
+	// (0) without +client|id.
+	reply, err := conn.Do("CLIENT", "ID")
+	if err != nil && !isErrorReply(err) {
+		_ = raw.Close()
+		return nil, fmt.Errorf("dialing redis %s: reading the client id: %w", c.set.addr, err)
+	}
+	cn := newConn(raw)
+	if id, err := redis.Int64(reply, err); err == nil && id > 0 {
+		cn.id = id
+	}
+	return cn, nil
+}
+
+// isErrorReply reports an error redigo made of an error reply that
+// refuses a command (NOPERM, ERR unknown command), as opposed to a
+// connection's. Matched by text (see STYLE: no type assertions on errors).
+func isErrorReply(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "NOPERM") || strings.HasPrefix(msg, "ERR")
 }
 
 // Bounds on what redigo may read on one connection, in all: redigo bounds

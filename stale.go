@@ -88,12 +88,15 @@ func (cn *rconn) owesOnly() bool {
 	return true
 }
 
-// prove takes cn out of the pool and sends it a PING within timeout:
-// answered, it rejoins the pool proven at the epoch it was taken at; not
-// answered, it is closed, and so are the idle connections as suspect as
-// it was (most likely they share its fate); the rest become suspect. It returns
-// the PING's error, errTimeout when Redis did not answer in time.
-// Requires c.mu held; releases it while the PING is out.
+// prove takes cn out of the pool and sends it a PING within timeout,
+// alone. Answered, cn rejoins the pool proven at the epoch it was taken
+// at. Not answered in time, it rejoins it still suspect (the PING's reply
+// is owed like a timed-out check's: the next proof drains it) and prove
+// returns errTimeout, the check's failure; gone stale, it is dropped and
+// the pool marked silent, as a stale connection does. Dead (a reset, EOF),
+// it is closed, and so are the idle connections as suspect as it was
+// (most likely they share its fate); the rest become suspect. Requires
+// c.mu held; releases it while the PING is out.
 func (c *redisClient) prove(cn *rconn, timeout time.Duration) error {
 	c.remove(cn)
 	epoch := c.epoch
@@ -105,31 +108,35 @@ func (c *redisClient) prove(cn *rconn, timeout time.Duration) error {
 	}
 	if err == nil {
 		releaseCall(cl)
-	} else {
+	}
+	late := err == errTimeout || err != nil && isTimeout(err)
+	dead := cn.deadErr()
+	if err != nil && !late && dead == nil {
 		cn.mu.Lock()
 		cn.kill(errConnDead)
 		cn.mu.Unlock()
+		dead = errConnDead
 	}
 	c.mu.Lock()
-	if err == nil {
+	switch {
+	case err == nil:
 		cn.epoch = epoch
 		cn.used = c.mono()
 		// First: the pool's first connections carry steady traffic and
 		// the rest are pruned when idle (pruneIdle).
 		c.conns = append([]*rconn{cn}, c.conns...)
-	} else {
+	case dead == errStale:
+		c.dialFailed = true // checks with no connection fail at once (failingFast)
+		c.silentAt = c.mono()
+		late = true
+	case dead == nil:
+		c.conns = append(c.conns, cn) // late: still suspect
+	default:
 		c.closeSuspect(epoch, c.mono())
 		c.epoch++
 	}
-	silent := err == errTimeout || err != nil && isTimeout(err)
-	if silent {
-		// As a connection gone stale: checks finding no connection do
-		// not wait a dial budget for a silent Redis (failingFast).
-		c.dialFailed = true
-		c.failedAt = c.mono()
-	}
 	c.dialDone.Broadcast()
-	if silent {
+	if late {
 		return errTimeout
 	}
 	return err
@@ -168,13 +175,15 @@ func (c *redisClient) closeSuspect(epoch, ns int64) {
 }
 
 // failingFast reports whether a check finding no connection fails at
-// once rather than wait for a dial: a dial failed (or a connection went
-// silent) less than a dial budget ago, so Redis is most likely still
-// away. Past that, one check's wait for a dial finds out (a failed dial
-// long ago, during an outage that has since ended, must not fail the
+// once rather than wait for a dial: Redis went silent (a dial timed out,
+// a connection went stale) less than a dial budget ago, and a dial would
+// most likely hold the check for its whole budget. A dial refused or
+// reset fails at once by itself: waiting for the next one costs nothing
+// when Redis is still away, and finds Redis when it is back (a dial that
+// failed during an outage, or that a restart cut, must not fail the
 // first burst after it). Requires c.mu held.
 func (c *redisClient) failingFast(ns int64) bool {
-	return c.dialFailed && ns-c.failedAt < int64(c.dialTimeout)
+	return c.dialFailed && c.silentAt != 0 && ns-c.silentAt < int64(c.dialTimeout)
 }
 
 // suspect marks every connection of the pool as possibly outlived by its
@@ -211,10 +220,21 @@ func replyFault(err error) bool {
 	return err == errNoScript || err == errRedirect || err == errReadOnly || err == errQueueFull || err == errDialFailed
 }
 
+// lostUnder reports an error of a connection that ended with the call
+// written to it: Redis may have run the call, unless Redis itself
+// restarted.
+func lostUnder(err error) bool {
+	return err == errOwed || !neverSent(err) && connLost(err)
+}
+
 // retry goes on after a call cl on cn failed with err: anything but a
 // reply makes the pool's connections suspect, a dead connection is
-// dropped, and a call that cannot have run is tried once more (the pick
-// proves the connection it lands on).
+// dropped, and a call that cannot have run is tried once more, on a good
+// connection (the pick proves the one it lands on): one never written
+// whole (neverSent), or one whose connection ended under it when Redis
+// has restarted since, which a connection dialled now tells by its
+// CLIENT ID: lower than the lost connection's (IDs start again with the
+// process). Anything else may have run, and is not run again.
 func (c *redisClient) retry(cn *rconn, cl *call, err error, pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration) (*call, error) {
 	if !replyFault(err) {
 		c.suspect()
@@ -222,16 +242,27 @@ func (c *redisClient) retry(cn *rconn, cl *call, err error, pre *call, prefix []
 	if dead := cn.deadErr(); dead != nil {
 		c.drop(cn, dead == errStale)
 	}
+	var notBefore int64
 	if !neverSent(err) {
-		return cl, err
+		if !lostUnder(err) || cn.id == 0 {
+			return cl, err
+		}
+		notBefore = c.mono() // a connection to the Redis there is now
 	}
-	cn, cl, err = c.attempt(pre, prefix, cmd, head, key, timeout, 0)
-	if err != nil && cn != nil {
+	next, perr := c.pick(notBefore, timeout)
+	if perr != nil || notBefore != 0 && (next.id == 0 || next.id >= cn.id) {
+		return cl, err // the same Redis (or unknown): it may have run the call
+	}
+	if pre != nil {
+		*pre = call{wake: pre.wake}
+	}
+	cl = newCall()
+	if err = next.exchange(pre, cl, prefix, cmd, head, key, timeout, c.now); err != nil {
 		if !replyFault(err) {
 			c.suspect()
 		}
-		if dead := cn.deadErr(); dead != nil {
-			c.drop(cn, dead == errStale)
+		if dead := next.deadErr(); dead != nil {
+			c.drop(next, dead == errStale)
 		}
 	}
 	return cl, err

@@ -7,6 +7,7 @@ package tollgate
 // fault drills.)
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,8 +32,14 @@ func checkAllByRedis(t *testing.T, what string, h *Tollgate, f *fakeRedis, befor
 	t.Helper()
 	st := h.be.stats()
 	if got := atomic.LoadInt64(&f.evals) - evals; st.Fallbacks != before.Fallbacks || st.Failures != before.Failures || got != want {
-		t.Fatalf("%s: %d checks run by the server for %d requests, %d fell back, %d failed; want each run once, none fallen back or failed",
-			what, got, want, st.Fallbacks-before.Fallbacks, st.Failures-before.Failures)
+		reasons := ""
+		for i := range h.be.metrics.errors {
+			if n := atomic.LoadInt64(&h.be.metrics.errors[i]); n > 0 {
+				reasons += fmt.Sprintf(" %s=%d", reasonNames[i], n)
+			}
+		}
+		t.Fatalf("%s: %d checks run by the server for %d requests, %d fell back, %d failed (errors:%s); want each run once, none fallen back or failed",
+			what, got, want, st.Fallbacks-before.Fallbacks, st.Failures-before.Failures, reasons)
 	}
 }
 
