@@ -185,6 +185,38 @@ func TestPasswordFileOutsideSaysNothingOfExistence(t *testing.T) {
 	}
 }
 
+// TestDefaultSecretDirsAdmitNoIdentityToken: with TOLLGATE_SECRET_DIRS
+// unset, only a Redis-specific directory is allowed. The default was all
+// of /run/secrets and /var/run/secrets, where a pod's projected identity
+// tokens live too: a dynamic configuration could name one as its password
+// file and an endpoint of its own, and receive the token in AUTH.
+func TestDefaultSecretDirsAdmitNoIdentityToken(t *testing.T) {
+	setSecretDirs(t, "")
+	for _, path := range []string{
+		"/var/run/secrets/tokens/vault-token",
+		"/var/run/secrets/azure/tokens/azure-identity-token",
+		"/run/secrets/tokens/vault-token",
+		"/var/run/secrets/redis-other/password",
+		"/run/secrets/db-password",
+	} {
+		_, err := readPasswordFile("redis.passwordFile", path)
+		if err == nil || !strings.Contains(err.Error(), "not in a directory the operator allows") {
+			t.Errorf("%s with the default directories: %v, want refused as outside them", path, err)
+		}
+	}
+	// The Redis-specific places are allowed: a missing file there is
+	// reported as missing, not refused.
+	for _, path := range []string{"/var/run/secrets/redis/password", "/run/secrets/redis"} {
+		if _, err := os.Stat(path); err == nil {
+			continue // a real secret on this machine: not read by a test
+		}
+		_, err := readPasswordFile("redis.passwordFile", path)
+		if err == nil || !strings.Contains(err.Error(), "reading") {
+			t.Errorf("%s with the default directories: %v, want allowed (missing)", path, err)
+		}
+	}
+}
+
 // setSecretDirs sets TOLLGATE_SECRET_DIRS for the test, through this
 // package's own os.Setenv: under Yaegi the plugin reads the interpreter's
 // environment (Traefik hands it the process's at load), which t.Setenv,

@@ -9,9 +9,11 @@ package tollgate
 // an error names the field and the path, never the file's content. A
 // password file's content is sent to the endpoints the same configuration
 // names, so it must also lie in a directory the operator running Traefik
-// allows (TOLLGATE_SECRET_DIRS, in Traefik's environment), never in /proc,
-// /sys, /dev or a service account's: else a configuration could send the
-// pod's own token to a listener of its choosing.
+// allows (TOLLGATE_SECRET_DIRS, in Traefik's environment; by default only
+// a Redis-specific one), never in /proc, /sys, /dev or a service
+// account's: else a configuration could send the pod's own token (a
+// service account's, a projected identity token under
+// /var/run/secrets/tokens) to a listener of its choosing.
 
 import (
 	"crypto/tls"
@@ -108,13 +110,16 @@ func readPasswordFile(field, path string) (string, error) {
 
 // secretDirsEnv names the environment variable of the Traefik process (the
 // operator's, out of the dynamic configuration's reach) listing the
-// directories password files may be read from, separated by ":". Unset or
-// empty: defaultSecretDirs.
+// directories (or files) password files may be read from, separated by
+// ":". Unset or empty: defaultSecretDirs.
 const secretDirsEnv = "TOLLGATE_SECRET_DIRS"
 
-// defaultSecretDirs are where Docker and Kubernetes mount secrets by
-// convention.
-const defaultSecretDirs = "/run/secrets:/var/run/secrets"
+// defaultSecretDirs are the Redis-specific places a secret may be mounted
+// (a Kubernetes volume at /var/run/secrets/redis, a Docker secret named
+// redis): never the whole of /run/secrets or /var/run/secrets, which also
+// hold the pod's identity tokens (tokens/vault-token,
+// azure/tokens/azure-identity-token, a cloud's service account).
+const defaultSecretDirs = "/run/secrets/redis:/var/run/secrets/redis"
 
 // allowedSecret returns the real path of a password file (field, path),
 // links resolved, or refuses it when that path is outside every allowed
