@@ -160,6 +160,10 @@ func compilePlans(cfg *Config, s *settings, period string, topClosed bool, names
 			return fmt.Errorf("defaultPlan: %q is not one of the plans", cfg.DefaultPlan)
 		}
 		s.defaultPlan = i
+	} else if cfg.Average <= 0 {
+		// A request without a known plan would pass unlimited: anyone could
+		// send a plan header naming none.
+		return errors.New("plans: a request whose planHeader is missing, repeated or names no plan would not be limited: set defaultPlan (e.g. the lowest plan, or an unlimited one to say so) or a top-level average")
 	}
 	return nil
 }
