@@ -94,10 +94,18 @@ type Config struct {
 	Shadow bool `json:"shadow,omitempty" yaml:"shadow,omitempty" toml:"shadow,omitempty"`
 	// ServeMetrics makes this middleware a metrics endpoint: it answers
 	// every request with the Prometheus text exposition of every Tollgate
-	// middleware's counters in the process, and applies no limit (so it
-	// takes no average, rules or shadow). Put it on a router of an internal
-	// entry point. Default false.
+	// middleware's counters in the process (every class: see
+	// MetricsClasses), and applies no limit (so it takes no average, rules
+	// or shadow). Put it on a router of an internal entry point. Default
+	// false.
 	ServeMetrics bool `json:"serveMetrics,omitempty" yaml:"serveMetrics,omitempty" toml:"serveMetrics,omitempty"`
+	// MetricsClasses, on a serveMetrics middleware, restricts what it
+	// serves to the series of these classes (requests, near the limit,
+	// the fallback's divisor); the process-wide, Redis and region series
+	// are left out. For an endpoint a tenant may read: the default shows
+	// every class of the process. At most 64 names (from labels:
+	// comma-separated). Default none: every series.
+	MetricsClasses []string `json:"metricsClasses,omitempty" yaml:"metricsClasses,omitempty" toml:"metricsClasses,omitempty"`
 	// Redis is the shared store.
 	Redis RedisConfig `json:"redis,omitempty" yaml:"redis,omitempty" toml:"redis,omitempty"`
 	// Region, when set, makes this fleet one region of several, each with
