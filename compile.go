@@ -66,9 +66,14 @@ func validHeaderName(s string) bool {
 // as Traefik's duration fields do.
 func parseDuration(field, s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
-	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if f < 0 || f > 1e9 {
-			return 0, fmt.Errorf("%s: %q is out of range", field, s)
+	if f, err := strconv.ParseFloat(s, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		switch {
+		case f != f: // NaN (ParseFloat reads "NaN" and "Inf" too)
+			return 0, fmt.Errorf("%s: %q is not a number of seconds", field, s)
+		case f < 0:
+			return 0, fmt.Errorf("%s: %q is negative", field, s)
+		case f > 1e9: // Inf included
+			return 0, fmt.Errorf("%s: %q is out of range (at most 1e9 seconds)", field, s)
 		}
 		return time.Duration(f * float64(time.Second)), nil
 	}
