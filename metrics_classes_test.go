@@ -41,7 +41,7 @@ func TestMetricsClassesRestrictTheEndpoint(t *testing.T) {
 	// A list as Docker labels give it, spaces and all.
 	m := scrapeWith(t, func(c *Config) { c.MetricsClasses = []string{" " + mine, "absent-class"} })
 	for s, want := range map[string]float64{
-		requests(mine, mine, "redis", "allowed"): 1,
+		requests(mine, mine, "redis", "allowed"):                         1,
 		`tollgate_near_limit_total{class="` + mine + `",policy="login"}`: 0,
 	} {
 		if got, ok := m[s]; !ok || got != want {
