@@ -195,7 +195,8 @@ type Plan struct {
 type Rule struct {
 	// Name names the policy (headers, bucket key); required, unique.
 	Name string `json:"name,omitempty" yaml:"name,omitempty" toml:"name,omitempty"`
-	// PathPrefix matches request paths starting with it. "" matches all.
+	// PathPrefix matches request paths starting with it: a string prefix
+	// of the decoded path, case-sensitive, not by segment. "" matches all.
 	PathPrefix string `json:"pathPrefix,omitempty" yaml:"pathPrefix,omitempty" toml:"pathPrefix,omitempty"`
 	// Methods matches these HTTP methods (case-insensitive). Empty matches all.
 	Methods []string `json:"methods,omitempty" yaml:"methods,omitempty" toml:"methods,omitempty"`
