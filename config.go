@@ -247,7 +247,8 @@ type RedisConfig struct {
 	SentinelPasswordFile string `json:"sentinelPasswordFile,omitempty" yaml:"sentinelPasswordFile,omitempty" toml:"sentinelPasswordFile,omitempty"`
 	// Username for Redis ACL (AUTH username password). Default "".
 	Username string `json:"username,omitempty" yaml:"username,omitempty" toml:"username,omitempty"`
-	// Password for AUTH. Default "" (no AUTH).
+	// Password for AUTH. Default "" (no AUTH). Traefik's API and dashboard
+	// show it as written: prefer PasswordFile.
 	Password string `json:"password,omitempty" yaml:"password,omitempty" toml:"password,omitempty"`
 	// PasswordFile is read for the password, for mounted secrets: a regular
 	// file (symlinks followed) of at most 4 KiB holding one line (one
