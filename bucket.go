@@ -109,9 +109,23 @@ func takeAll(lims []limit, tats []float64, now float64, d []int64) bool {
 	return ok
 }
 
-// ceilMS converts µs to whole milliseconds, rounding up; the nanosecond
-// taken off absorbs float rounding (1e6/3 µs times 3 is 1000 ms, not 1001).
-func ceilMS(us float64) int64 { return int64(math.Ceil((us - 1e-3) / 1000)) }
+// maxWaitMS bounds every wait and time to full, in ms: 100 years (of
+// 365.25 days), the longest refill a configuration may ask (maxRefillUS).
+// Only a region's small share stretches a bucket further (its burst raised
+// to one request's cost at 1/share of the rate); its times are cut there,
+// so that no number overflows (the deny cache counts waits in ns).
+const maxWaitMS = 3155760000000
+
+// ceilMS converts µs to whole milliseconds, rounding up, at most
+// maxWaitMS; the nanosecond taken off absorbs float rounding (1e6/3 µs
+// times 3 is 1000 ms, not 1001).
+func ceilMS(us float64) int64 {
+	ms := math.Ceil((us - 1e-3) / 1000)
+	if ms > maxWaitMS {
+		return maxWaitMS
+	}
+	return int64(ms)
+}
 
 // bucketScript is takeAll in Lua, run atomically by Redis.
 //
@@ -141,11 +155,14 @@ func ceilMS(us float64) int64 { return int64(math.Ceil((us - 1e-3) / 1000)) }
 //	             reads one line and parses it with one call
 //
 // Charged buckets (and buckets whose TAT was clamped because TIME ran
-// backwards) are stored with an expiry at their TAT, so a key lives only
-// while its bucket is not full. The value is the TAT in 1/64 µs, rounded to
-// the nearest whole number (the resolution the float already had, so the
-// precision note above holds): a decimal integer that Redis keeps inside
-// the key's object (encoding int), with no string allocated. With the short
+// backwards) are stored with an expiry at their TAT (at most maxWaitMS),
+// so a key lives only while its bucket is not full. The value is the TAT
+// in 1/64 µs, rounded to the nearest whole number (the resolution the
+// float already had, so the precision note above holds): a decimal integer
+// that Redis keeps inside the key's object (encoding int), with no string
+// allocated. It is written with %.0f, not %d: Lua's %d casts to a C long,
+// which a TAT 4,500 years ahead (a region's small share of a yearly limit)
+// overflows into a negative number, a full bucket. With the short
 // key (clientKey) a bucket takes 56 bytes by MEMORY USAGE; a float string
 // took 104. TIME makes the script
 // non-deterministic; Redis >= 5 replicates its effects (the SETs), which
@@ -154,6 +171,7 @@ const bucketScript = `
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
+local maxms = 3155760000000
 local n = #KEYS
 local iv, burst, cost, cap, slack, s, clamped, kept = {}, {}, {}, {}, {}, {}, {}, {}
 local ok = 1
@@ -203,7 +221,7 @@ for i = 1, n do
   local tat = s[i]
   if ok == 1 then tat = tat + iv[i] * cost[i] end
   if ok == 1 or clamped[i] then
-    redis.call('SET', KEYS[i], string.format('%d', math.floor(tat * 64 + 0.5)), 'PX', math.max(1, math.ceil((tat - now) / 1000)))
+    redis.call('SET', KEYS[i], string.format('%.0f', math.floor(tat * 64 + 0.5)), 'PX', math.min(maxms, math.max(1, math.ceil((tat - now) / 1000))))
   end
   local r = math.floor((now + cap[i] - tat + slack[i]) / iv[i])
   if r < 0 then r = 0 elseif r > burst[i] then r = burst[i] end
@@ -211,7 +229,7 @@ for i = 1, n do
   if w <= slack[i] then w = 0 end
   local f = tat - now
   if f < 0 then f = 0 end
-  out[i] = string.format('%d %d %d', r, math.ceil((w - 0.001) / 1000), math.ceil((f - 0.001) / 1000))
+  out[i] = string.format('%d %d %d', r, math.min(maxms, math.ceil((w - 0.001) / 1000)), math.min(maxms, math.ceil((f - 0.001) / 1000)))
 end
 return redis.status_reply(ok .. ' ' .. table.concat(out, ' '))
 `

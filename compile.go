@@ -66,9 +66,14 @@ func validHeaderName(s string) bool {
 // as Traefik's duration fields do.
 func parseDuration(field, s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
-	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if f < 0 || f > 1e9 {
-			return 0, fmt.Errorf("%s: %q is out of range", field, s)
+	if f, err := strconv.ParseFloat(s, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		switch {
+		case f != f: // NaN (ParseFloat reads "NaN" and "Inf" too)
+			return 0, fmt.Errorf("%s: %q is not a number of seconds", field, s)
+		case f < 0:
+			return 0, fmt.Errorf("%s: %q is negative", field, s)
+		case f > 1e9: // Inf included
+			return 0, fmt.Errorf("%s: %q is out of range (at most 1e9 seconds)", field, s)
 		}
 		return time.Duration(f * float64(time.Second)), nil
 	}
@@ -131,6 +136,33 @@ func shadowMode(field, s string, def bool) (bool, error) {
 	return v, nil
 }
 
+// maxMetricsClasses bounds MetricsClasses.
+const maxMetricsClasses = 64
+
+// metricsEndpoint compiles a serveMetrics middleware: its classes
+// (MetricsClasses; nil: every class). It refuses one that also configures
+// a limit: it would apply none.
+func metricsEndpoint(cfg *Config) (*metricsHandler, error) {
+	if err := checkMetricsOnly(cfg); err != nil {
+		return nil, err
+	}
+	h := &metricsHandler{}
+	if len(cfg.MetricsClasses) > maxMetricsClasses {
+		return nil, fmt.Errorf("metricsClasses: %d classes, at most %d are allowed", len(cfg.MetricsClasses), maxMetricsClasses)
+	}
+	for i, c := range cfg.MetricsClasses {
+		c = strings.TrimSpace(c)
+		if err := checkName(fmt.Sprintf("metricsClasses[%d]", i), c); err != nil {
+			return nil, err
+		}
+		if h.classes == nil {
+			h.classes = make(map[string]bool)
+		}
+		h.classes[c] = true
+	}
+	return h, nil
+}
+
 // checkMetricsOnly refuses a serveMetrics middleware that also configures
 // a limit: it would apply none.
 func checkMetricsOnly(cfg *Config) error {
@@ -187,6 +219,9 @@ func compile(cfg *Config, name string) (*settings, error) {
 		return nil, errors.New("no configuration")
 	}
 	s := &settings{}
+	if len(cfg.MetricsClasses) > 0 {
+		return nil, errors.New("metricsClasses: set, but serveMetrics is not (it restricts what a metrics endpoint serves)")
+	}
 	if cfg.Class != "" {
 		if err := checkName("class", cfg.Class); err != nil {
 			return nil, err

@@ -94,10 +94,18 @@ type Config struct {
 	Shadow bool `json:"shadow,omitempty" yaml:"shadow,omitempty" toml:"shadow,omitempty"`
 	// ServeMetrics makes this middleware a metrics endpoint: it answers
 	// every request with the Prometheus text exposition of every Tollgate
-	// middleware's counters in the process, and applies no limit (so it
-	// takes no average, rules or shadow). Put it on a router of an internal
-	// entry point. Default false.
+	// middleware's counters in the process (every class: see
+	// MetricsClasses), and applies no limit (so it takes no average, rules
+	// or shadow). Put it on a router of an internal entry point. Default
+	// false.
 	ServeMetrics bool `json:"serveMetrics,omitempty" yaml:"serveMetrics,omitempty" toml:"serveMetrics,omitempty"`
+	// MetricsClasses, on a serveMetrics middleware, restricts what it
+	// serves to the series of these classes (requests, near the limit,
+	// the fallback's divisor); the process-wide, Redis and region series
+	// are left out. For an endpoint a tenant may read: the default shows
+	// every class of the process. At most 64 names (from labels:
+	// comma-separated). Default none: every series.
+	MetricsClasses []string `json:"metricsClasses,omitempty" yaml:"metricsClasses,omitempty" toml:"metricsClasses,omitempty"`
 	// Redis is the shared store.
 	Redis RedisConfig `json:"redis,omitempty" yaml:"redis,omitempty" toml:"redis,omitempty"`
 	// Region, when set, makes this fleet one region of several, each with
@@ -187,7 +195,8 @@ type Plan struct {
 type Rule struct {
 	// Name names the policy (headers, bucket key); required, unique.
 	Name string `json:"name,omitempty" yaml:"name,omitempty" toml:"name,omitempty"`
-	// PathPrefix matches request paths starting with it. "" matches all.
+	// PathPrefix matches request paths starting with it: a string prefix
+	// of the decoded path, case-sensitive, not by segment. "" matches all.
 	PathPrefix string `json:"pathPrefix,omitempty" yaml:"pathPrefix,omitempty" toml:"pathPrefix,omitempty"`
 	// Methods matches these HTTP methods (case-insensitive). Empty matches all.
 	Methods []string `json:"methods,omitempty" yaml:"methods,omitempty" toml:"methods,omitempty"`
@@ -238,7 +247,8 @@ type RedisConfig struct {
 	SentinelPasswordFile string `json:"sentinelPasswordFile,omitempty" yaml:"sentinelPasswordFile,omitempty" toml:"sentinelPasswordFile,omitempty"`
 	// Username for Redis ACL (AUTH username password). Default "".
 	Username string `json:"username,omitempty" yaml:"username,omitempty" toml:"username,omitempty"`
-	// Password for AUTH. Default "" (no AUTH).
+	// Password for AUTH. Default "" (no AUTH). Traefik's API and dashboard
+	// show it as written: prefer PasswordFile.
 	Password string `json:"password,omitempty" yaml:"password,omitempty" toml:"password,omitempty"`
 	// PasswordFile is read for the password, for mounted secrets: a regular
 	// file (symlinks followed) of at most 4 KiB holding one line (one

@@ -2,6 +2,7 @@ package tollgate
 
 import (
 	"math"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,15 @@ func TestParseDuration(t *testing.T) {
 		{in: "0.5", want: 500 * time.Millisecond},
 		{in: " 250ms ", want: 250 * time.Millisecond},
 		{in: "-1s", err: "negative"},
-		{in: "-3", err: "out of range"},
+		{in: "NaN", err: "not a number of seconds"},
+		{in: "nan", err: "not a number of seconds"},
+		{in: "-3", err: "is negative"},
+		{in: "1e10", err: "out of range"},
+		{in: "1e400", err: "out of range"},
+		{in: "Inf", err: "out of range"},
+		{in: "+Inf", err: "out of range"},
+		{in: "-Inf", err: "is negative"},
+		{in: "-0.001", err: "is negative"},
 		{in: "soon", err: "not a duration"},
 		{in: "", err: "not a duration"},
 	} {
@@ -112,5 +121,32 @@ func TestSanitizeName(t *testing.T) {
 	}
 	if got := sanitizeName(""); got != "default" {
 		t.Fatalf("sanitizeName(\"\") = %q", got)
+	}
+}
+
+// TestPathPrefixMatching pins what the README says of rules[].pathPrefix:
+// a case-sensitive string prefix of the decoded path, not a path segment.
+func TestPathPrefixMatching(t *testing.T) {
+	cfg := CreateConfig()
+	cfg.Rules = []Rule{{Name: "login", PathPrefix: "/login", Average: 1}}
+	s, err := compile(cfg, "api@file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		target string
+		want   bool
+	}{
+		{"/login", true},
+		{"/login/reset", true},
+		{"/login-help", true}, // a string prefix, not a segment
+		{"/%6Cogin", true},    // matched decoded
+		{"/Login", false},     // case-sensitive
+		{"/LOGIN", false},
+		{"/api/login", false},
+	} {
+		if got := s.rules[0].matches(httptest.NewRequest("POST", tc.target, nil)); got != tc.want {
+			t.Errorf("%s: matched %t, want %t", tc.target, got, tc.want)
+		}
 	}
 }

@@ -15,36 +15,41 @@ import (
 )
 
 // metricsHandler answers every request with the process's metrics
-// (serveMetrics): it applies no limit and calls no next handler.
-type metricsHandler struct{}
+// (serveMetrics): it applies no limit and calls no next handler. classes,
+// when not nil, restricts them to those classes' series
+// (Config.MetricsClasses); read only.
+type metricsHandler struct {
+	classes map[string]bool
+}
 
-func (metricsHandler) ServeHTTP(rw http.ResponseWriter, _ *http.Request) {
+func (h *metricsHandler) ServeHTTP(rw http.ResponseWriter, _ *http.Request) {
 	rw.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w := bufio.NewWriter(rw)
-	shared.writeMetrics(w)
+	shared.writeMetrics(w, h.classes)
 	_ = w.Flush()
 }
 
 // writeMetrics writes the exposition: every metric's HELP and TYPE, then
-// its series in a stable order.
-func (r *registry) writeMetrics(w *bufio.Writer) {
+// its series in a stable order. only, when not nil, keeps the series of
+// those classes alone: the others, and the series of no class (the deny
+// caches', Redis's, the regions'), are left out.
+func (r *registry) writeMetrics(w *bufio.Writer, only map[string]bool) {
 	now := r.now()
 	m := r.metrics
 	m.mu.Lock()
 	var pols []*policyMetrics
 	for _, p := range m.policies {
-		if p.live(now) {
+		if (only == nil || only[p.class]) && p.live(now) {
 			pols = append(pols, p)
 		}
 	}
 	var classes []classRow
 	for name, c := range m.classes {
-		if now-c.seen < int64(metricsIdle) || classCounts(pols, name) {
+		if (only == nil || only[name]) && (now-c.seen < int64(metricsIdle) || classCounts(pols, name)) {
 			classes = append(classes, classRow{name, replicasSeen(c.hb, c.replicas, now)})
 		}
 	}
 	m.mu.Unlock()
-	denied := m.denyEntries()
 	sort.Slice(pols, func(i, j int) bool {
 		if pols[i].class != pols[j].class {
 			return pols[i].class < pols[j].class
@@ -73,8 +78,11 @@ func (r *registry) writeMetrics(w *bufio.Writer) {
 	for _, c := range classes {
 		series(w, "tollgate_fallback_replicas", c.n, "class", c.name)
 	}
+	if only != nil {
+		return
+	}
 	head(w, "tollgate_deny_cache_entries", "gauge", "Refusals from Redis still in force, repeated by the pods without a Redis call.")
-	series(w, "tollgate_deny_cache_entries", denied)
+	series(w, "tollgate_deny_cache_entries", m.denyEntries())
 	r.writeBackendMetrics(w, now)
 	r.writeRegionMetrics(w)
 }

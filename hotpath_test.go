@@ -41,12 +41,12 @@ func TestStalledCheckKeepsItsConnection(t *testing.T) {
 }
 
 // The script sends 19-digit numbers for a valid config (burst >= 1e18:
-// remaining; a huge period times cost: ms until full); decode takes every
-// int64. (The same against a real Redis: e2e
-// TestNineteenDigitNumbersAreDecidedByRedis.)
+// remaining, at the fastest rate, 1 token per ns, so that the bucket
+// refills within the 100 years allowed); decode takes every int64. (The
+// same against a real Redis: e2e TestNineteenDigitNumbersAreDecidedByRedis.)
 func TestNineteenDigitNumbersAreDecoded(t *testing.T) {
 	const burst = 2000000000000000000
-	mutate := func(c *Config) { c.Average, c.Period, c.Burst = 1, "1s", burst }
+	mutate := func(c *Config) { c.Average, c.Period, c.Burst = 1000000000, "1s", burst }
 	// What the script answers, by its Go twin (statement for statement).
 	probe := handlerOn(t, "127.0.0.1:1", mutate)
 	d := make([]int64, 4)

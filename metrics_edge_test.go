@@ -252,3 +252,24 @@ func TestForgottenPolicyReturnsAtItsNextNew(t *testing.T) {
 		t.Fatalf("after the class's next New: allowed = %v, want 1 (counting again, from zero)", got)
 	}
 }
+
+// TestMetricsCapsAreSoft: maxPolicyMetrics bounds what the registry keeps
+// of classes and policies left out of the output; live ones are never
+// dropped for room (the registry grows past it), as the README says.
+func TestMetricsCapsAreSoft(t *testing.T) {
+	r := newMetricsRegistry()
+	now := int64(time.Hour)
+	for i := 0; i < maxPolicyMetrics+10; i++ {
+		r.policy("c", fmt.Sprint(i), now)
+		r.class(fmt.Sprint("c", i), nil, 1, now)
+	}
+	if len(r.policies) != maxPolicyMetrics+10 || len(r.classes) != maxPolicyMetrics+10 {
+		t.Fatalf("%d policies, %d classes kept, want %d of each: all live", len(r.policies), len(r.classes), maxPolicyMetrics+10)
+	}
+	later := now + int64(metricsIdle)
+	r.policy("c", "new", later)
+	r.class("new", nil, 1, later)
+	if len(r.policies) != 1 || len(r.classes) != 1 {
+		t.Fatalf("%d policies, %d classes kept once the others were left out, want 1 of each", len(r.policies), len(r.classes))
+	}
+}

@@ -27,8 +27,17 @@ func uniqueName(prefix string) string {
 // (name and labels as written) and value.
 func scrape(t *testing.T) map[string]float64 {
 	t.Helper()
+	return scrapeWith(t, nil)
+}
+
+// scrapeWith is scrape from an endpoint configured by mutate.
+func scrapeWith(t *testing.T, mutate func(*Config)) map[string]float64 {
+	t.Helper()
 	cfg := CreateConfig()
 	cfg.ServeMetrics = true
+	if mutate != nil {
+		mutate(cfg)
+	}
 	h, err := New(nil, nil, cfg, "metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -53,8 +53,8 @@ func TestPasswordFile(t *testing.T) {
 		{desc: "missing", path: filepath.Join(dir, "missing"), err: "reading"},
 		{desc: "dangling symlink", path: filepath.Join(dir, "dangling"), err: "reading"},
 		{desc: "directory", path: dir, err: "is not a regular file"},
-		{desc: "the zero device", path: "/dev/zero", err: "is not a regular file"},
-		{desc: "the null device", path: "/dev/null", err: "is not a regular file"},
+		{desc: "the zero device", path: "/dev/zero", err: "holds no Redis password"},
+		{desc: "the null device", path: "/dev/null", err: "holds no Redis password"},
 		{desc: "4097 bytes", path: write("oversize", strings.Repeat("p", 4097)), err: "is larger than 4096 bytes"},
 		{desc: "1 MiB", path: write("huge", strings.Repeat("p", 1<<20)), err: "is larger than 4096 bytes"},
 		{desc: "empty", path: write("empty", ""), err: "is empty"},
@@ -139,6 +139,81 @@ func TestPasswordFileOnlyFromAllowedDirectories(t *testing.T) {
 				t.Fatalf("%s: %v, want %q", tc.path, err, tc.err)
 			}
 		})
+	}
+}
+
+// TestPasswordFileOutsideSaysNothingOfExistence: a path outside the
+// allowed directories is refused before the pod's files are looked at, so
+// its error is the same whether or not it exists (the check ran after the
+// file was read: a missing path said "no such file", an existing one "not
+// in a directory the operator allows", an oracle for the pod's files).
+func TestPasswordFileOutsideSaysNothingOfExistence(t *testing.T) {
+	allowed, other := t.TempDir(), t.TempDir()
+	setSecretDirs(t, allowed)
+	existing := filepath.Join(other, "token")
+	if err := os.WriteFile(existing, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(other, "dir"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var want string
+	for _, path := range []string{
+		existing,
+		filepath.Join(other, "missing"),
+		filepath.Join(other, "no-such-dir", "token"),
+		filepath.Join(other, "dir"),
+		filepath.Join(allowed, "..", filepath.Base(other), "token"),
+	} {
+		_, err := readPasswordFile("redis.passwordFile", path)
+		if err == nil {
+			t.Fatalf("%s: accepted", path)
+		}
+		got := strings.ReplaceAll(err.Error(), `"`+path+`"`, "PATH")
+		if want == "" {
+			want = got
+			if !strings.Contains(want, "not in a directory the operator allows") {
+				t.Fatalf("%s: %v, want refused as outside the allowed directories", path, err)
+			}
+		} else if got != want {
+			t.Fatalf("%s: %q, want the same error as for an existing file: %q", path, got, want)
+		}
+	}
+	// Inside an allowed directory a missing file is reported as missing.
+	if _, err := readPasswordFile("redis.passwordFile", filepath.Join(allowed, "missing")); err == nil || !strings.Contains(err.Error(), "reading") {
+		t.Fatalf("missing inside: %v, want a reading error", err)
+	}
+}
+
+// TestDefaultSecretDirsAdmitNoIdentityToken: with TOLLGATE_SECRET_DIRS
+// unset, only a Redis-specific directory is allowed. The default was all
+// of /run/secrets and /var/run/secrets, where a pod's projected identity
+// tokens live too: a dynamic configuration could name one as its password
+// file and an endpoint of its own, and receive the token in AUTH.
+func TestDefaultSecretDirsAdmitNoIdentityToken(t *testing.T) {
+	setSecretDirs(t, "")
+	for _, path := range []string{
+		"/var/run/secrets/tokens/vault-token",
+		"/var/run/secrets/azure/tokens/azure-identity-token",
+		"/run/secrets/tokens/vault-token",
+		"/var/run/secrets/redis-other/password",
+		"/run/secrets/db-password",
+	} {
+		_, err := readPasswordFile("redis.passwordFile", path)
+		if err == nil || !strings.Contains(err.Error(), "not in a directory the operator allows") {
+			t.Errorf("%s with the default directories: %v, want refused as outside them", path, err)
+		}
+	}
+	// The Redis-specific places are allowed: a missing file there is
+	// reported as missing, not refused.
+	for _, path := range []string{"/var/run/secrets/redis/password", "/run/secrets/redis"} {
+		if _, err := os.Stat(path); err == nil {
+			continue // a real secret on this machine: not read by a test
+		}
+		_, err := readPasswordFile("redis.passwordFile", path)
+		if err == nil || !strings.Contains(err.Error(), "reading") {
+			t.Errorf("%s with the default directories: %v, want allowed (missing)", path, err)
+		}
 	}
 }
 

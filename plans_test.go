@@ -173,3 +173,31 @@ func TestLoginKeyedByIPHoldsFreshAPIKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestPlansWithoutDefaultRefused: with plans, no defaultPlan and no
+// top-level average, a request whose plan header is missing, repeated or
+// names no plan was not limited at all: anyone could send a bogus plan.
+// New refuses that configuration, naming the fields that fix it; either
+// one makes it valid.
+func TestPlansWithoutDefaultRefused(t *testing.T) {
+	for _, tc := range []struct {
+		desc    string
+		average int64
+		def     string
+		err     string
+	}{
+		{desc: "neither", err: "set defaultPlan (e.g. the lowest plan, or an unlimited one to say so) or a top-level average"},
+		{desc: "a default plan", def: "free"},
+		{desc: "a top-level average", average: 10},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			cfg := CreateConfig()
+			cfg.Average, cfg.PlanHeader, cfg.DefaultPlan = tc.average, "X-Plan", tc.def
+			cfg.Plans = []Plan{{Name: "free", Average: 5}, {Name: "internal", Unlimited: true}}
+			_, err := compile(cfg, "api@file")
+			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.HasPrefix(err.Error(), "plans: ") || !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("compile: %v, want %q", err, tc.err)
+			}
+		})
+	}
+}

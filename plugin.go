@@ -110,10 +110,11 @@ type policySet struct {
 func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.Handler, error) {
 	atomic.StoreInt64(&shared.lastNew, shared.now())
 	if cfg != nil && cfg.ServeMetrics {
-		if err := checkMetricsOnly(cfg); err != nil {
+		h, err := metricsEndpoint(cfg)
+		if err != nil {
 			return nil, fmt.Errorf("tollgate %s: %w", name, err)
 		}
-		return metricsHandler{}, nil
+		return h, nil
 	}
 	set, err := compile(cfg, name)
 	if err != nil {

@@ -59,6 +59,10 @@ func compileLimit(prefix string, average int64, period string, burst, cost int64
 	if interval < 1e-3 {
 		return nil, fmt.Errorf("%saverage: %d per %s is faster than one token per ns", prefix, average, per)
 	}
+	if refill := interval * float64(burst); refill > maxRefillUS {
+		return nil, fmt.Errorf("%sburst: %d tokens at %d per %s refill in %.0f years, more than the %.0f years a bucket may take (lower burst or period, or raise average)",
+			prefix, burst, average, per, refill/usPerYear, maxRefillUS/usPerYear)
+	}
 	p := &policy{
 		m:          &policyMetrics{}, // New's are the registry's
 		lim:        limit{interval: interval, burst: float64(burst), cost: float64(cost)},
@@ -72,6 +76,14 @@ func compileLimit(prefix string, average int64, period string, burst, cost int64
 	}
 	return p, nil
 }
+
+// usPerYear is a year of 365.25 days, in µs.
+const usPerYear = 365.25 * 24 * 3600 * 1e6
+
+// maxRefillUS bounds the time an empty bucket takes to refill (burst
+// tokens at average per period), in µs: 100 years. Every wait and expiry
+// then fits the script's integers and a time.Duration (maxWaitMS).
+const maxRefillUS = 100 * usPerYear
 
 // localShare is the per-pod fallback bucket while Redis is unavailable and
 // replicas pods share the limit (the region's static share of it, with
@@ -160,6 +172,10 @@ func compilePlans(cfg *Config, s *settings, period string, topClosed bool, names
 			return fmt.Errorf("defaultPlan: %q is not one of the plans", cfg.DefaultPlan)
 		}
 		s.defaultPlan = i
+	} else if cfg.Average <= 0 {
+		// A request without a known plan would pass unlimited: anyone could
+		// send a plan header naming none.
+		return errors.New("plans: a request whose planHeader is missing, repeated or names no plan would not be limited: set defaultPlan (e.g. the lowest plan, or an unlimited one to say so) or a top-level average")
 	}
 	return nil
 }

@@ -9,9 +9,11 @@ package tollgate
 // an error names the field and the path, never the file's content. A
 // password file's content is sent to the endpoints the same configuration
 // names, so it must also lie in a directory the operator running Traefik
-// allows (TOLLGATE_SECRET_DIRS, in Traefik's environment), never in /proc,
-// /sys, /dev or a service account's: else a configuration could send the
-// pod's own token to a listener of its choosing.
+// allows (TOLLGATE_SECRET_DIRS, in Traefik's environment; by default only
+// a Redis-specific one), never in /proc, /sys, /dev or a service
+// account's: else a configuration could send the pod's own token (a
+// service account's, a projected identity token under
+// /var/run/secrets/tokens) to a listener of its choosing.
 
 import (
 	"crypto/tls"
@@ -36,14 +38,20 @@ const (
 // field. A FIFO would block New and a device such as /dev/zero would never
 // end: both are refused, as is a larger file.
 func readConfigFile(field, path string, max int64) ([]byte, error) {
-	fi, err := os.Stat(path)
+	return readFileAs(field, path, path, max)
+}
+
+// readFileAs is readConfigFile of the file at open, named path (as the
+// configuration wrote it) in errors.
+func readFileAs(field, path, open string, max int64) ([]byte, error) {
+	fi, err := os.Stat(open)
 	if err != nil {
 		return nil, fmt.Errorf("%s: reading %q: %w", field, path, err)
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: %q is not a regular file (mode %s)", field, path, fi.Mode())
 	}
-	f, err := os.Open(path)
+	f, err := os.Open(open)
 	if err != nil {
 		return nil, fmt.Errorf("%s: reading %q: %w", field, path, err)
 	}
@@ -69,13 +77,16 @@ func readConfigFile(field, path string, max int64) ([]byte, error) {
 // as readConfigFile reads it, of at most maxPasswordFile bytes, holding one
 // line of printable characters; a trailing "\n" or "\r\n" is trimmed. A
 // multi-line file (a key, /etc/passwd, /proc/self/environ) is no password,
-// and an empty one would silently turn AUTH off: both are errors.
+// and an empty one would silently turn AUTH off: both are errors. The
+// directories are checked before anything is read (allowedSecret), and the
+// file read is the one checked, links resolved.
 func readPasswordFile(field, path string) (string, error) {
-	b, err := readConfigFile(field, path, maxPasswordFile)
+	real, err := allowedSecret(field, path)
 	if err != nil {
 		return "", err
 	}
-	if err := allowedSecret(field, path); err != nil {
+	b, err := readFileAs(field, path, real, maxPasswordFile)
+	if err != nil {
 		return "", err
 	}
 	pass := string(b)
@@ -99,47 +110,63 @@ func readPasswordFile(field, path string) (string, error) {
 
 // secretDirsEnv names the environment variable of the Traefik process (the
 // operator's, out of the dynamic configuration's reach) listing the
-// directories password files may be read from, separated by ":". Unset or
-// empty: defaultSecretDirs.
+// directories (or files) password files may be read from, separated by
+// ":". Unset or empty: defaultSecretDirs.
 const secretDirsEnv = "TOLLGATE_SECRET_DIRS"
 
-// defaultSecretDirs are where Docker and Kubernetes mount secrets by
-// convention.
-const defaultSecretDirs = "/run/secrets:/var/run/secrets"
+// defaultSecretDirs are the Redis-specific places a secret may be mounted
+// (a Kubernetes volume at /var/run/secrets/redis, a Docker secret named
+// redis): never the whole of /run/secrets or /var/run/secrets, which also
+// hold the pod's identity tokens (tokens/vault-token,
+// azure/tokens/azure-identity-token, a cloud's service account).
+const defaultSecretDirs = "/run/secrets/redis:/var/run/secrets/redis"
 
-// allowedSecret refuses a password file (field, path, already found to be
-// a regular file) whose real path, links resolved, is outside every
-// allowed directory (secretDirsEnv) or inside /proc, /sys, /dev or a
-// service account's directory.
-func allowedSecret(field, path string) error {
-	real, err := filepath.EvalSymlinks(path)
+// allowedSecret returns the real path of a password file (field, path),
+// links resolved, or refuses it when that path is outside every allowed
+// directory (secretDirsEnv) or inside /proc, /sys, /dev or a service
+// account's directory. A path that does not resolve (missing) is judged as
+// written, so that a path outside the directories gets the same error
+// whether or not it exists: the check says nothing of the pod's files.
+func allowedSecret(field, path string) (string, error) {
+	abs, err := filepath.Abs(path)
 	if err != nil {
-		return fmt.Errorf("%s: reading %q: %w", field, path, err)
+		return "", fmt.Errorf("%s: reading %q: %w", field, path, err)
 	}
-	if !filepath.IsAbs(real) {
-		if real, err = filepath.Abs(real); err != nil {
-			return fmt.Errorf("%s: reading %q: %w", field, path, err)
-		}
+	real, rerr := filepath.EvalSymlinks(abs)
+	if rerr != nil {
+		real = abs
 	}
 	if within(real, "/proc") || within(real, "/sys") || within(real, "/dev") || strings.Contains(real, "/serviceaccount/") {
-		return fmt.Errorf("%s: %q is %q, which holds no Redis password (a system or service-account file)", field, path, real)
+		return "", fmt.Errorf("%s: %q is %q, which holds no Redis password (a system or service-account file)", field, path, real)
 	}
 	dirs := os.Getenv(secretDirsEnv)
 	if strings.TrimSpace(dirs) == "" {
 		dirs = defaultSecretDirs
 	}
+	if !inDirs(real, dirs) {
+		return "", fmt.Errorf("%s: %q is not in a directory the operator allows for secrets (%s=%s, set in Traefik's environment)", field, path, secretDirsEnv, dirs)
+	}
+	if rerr != nil {
+		return "", fmt.Errorf("%s: reading %q: %w", field, path, rerr)
+	}
+	return real, nil
+}
+
+// inDirs reports whether path (clean, absolute) is one of dirs
+// (":"-separated) or inside one, each taken as written and links resolved.
+func inDirs(path, dirs string) bool {
 	for _, d := range filepath.SplitList(dirs) {
 		if d = strings.TrimSpace(d); d == "" {
 			continue
 		}
-		if rd, err := filepath.EvalSymlinks(d); err == nil {
-			d = rd
+		if within(path, filepath.Clean(d)) {
+			return true
 		}
-		if within(real, filepath.Clean(d)) {
-			return nil
+		if rd, err := filepath.EvalSymlinks(d); err == nil && within(path, rd) {
+			return true
 		}
 	}
-	return fmt.Errorf("%s: %q is not in a directory the operator allows for secrets (%s=%s, set in Traefik's environment)", field, path, secretDirsEnv, dirs)
+	return false
 }
 
 // within reports whether path is dir or inside it (both clean, absolute).

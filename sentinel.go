@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -50,13 +51,15 @@ func (b *backend) setPrimary(addr string) {
 	}
 	old := "none"
 	if b.topo.primary != nil {
-		old = b.topo.primary.set.addr
+		old = strconv.Quote(b.topo.primary.set.addr)
 	}
 	b.topo.primary = c
 	c.suspect() // a node known before as a replica, or before a restart
 	b.forget(map[*redisClient]bool{c: true})
 	b.breaker.probeSoon()
-	log.Printf("tollgate: redis sentinel: primary %q is now %s (was %s)", b.base.masterName, addr, old)
+	// The addresses come from a sentinel: quoted, so that no reply can
+	// forge a log line.
+	log.Printf("tollgate: redis sentinel: primary %q is now %q (was %s)", b.base.masterName, addr, old)
 }
 
 // watch starts the sentinel watcher unless it runs.

@@ -139,6 +139,51 @@ func TestConfigFormatsDecodeAlike(t *testing.T) {
 	}
 }
 
+// TestMetricsEndpointDecodesAlike: a metrics endpoint's metricsClasses
+// from YAML, TOML and labels (one comma-separated string) is one list, and
+// the endpoint built from it, compiled and under Yaegi, serves no series
+// of the process (Redis's, the deny caches').
+func TestMetricsEndpointDecodesAlike(t *testing.T) {
+	want := tollgate.CreateConfig()
+	want.ServeMetrics, want.MetricsClasses = true, []string{"api", "web"}
+	y, err := NewYaegi(goPath, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		desc string
+		d    *dynamic
+	}{
+		{desc: "yaml", d: decodeFile(t, testdata("config", "dynamic.yaml"))},
+		{desc: "toml", d: decodeFile(t, testdata("config", "dynamic.toml"))},
+		{desc: "labels", d: decodeLabels(t, testdata("config", "labels.txt"))},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			opts := tc.d.options(t, "tollgate-metrics")
+			got := tollgate.CreateConfig()
+			if err := decode(opts, got); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("decoded config:\n got %+v\nwant %+v", got, want)
+			}
+			for _, f := range []Factory{Compiled{}, y} {
+				h, err := f.New(context.Background(), okHandler, opts, "tollgate-metrics@file")
+				if err != nil {
+					t.Fatalf("%T: New: %v", f, err)
+				}
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+				body := rec.Body.String()
+				if rec.Code != 200 || !strings.Contains(body, "# TYPE tollgate_requests_total counter") ||
+					strings.Contains(body, "tollgate_redis_") || strings.Contains(body, "tollgate_deny_cache_entries") {
+					t.Fatalf("%T: %d, the process's series served or the classes' missing:\n%s", f, rec.Code, body)
+				}
+			}
+		})
+	}
+}
+
 // TestInvalidConfigs builds every fixture in testdata/invalid, compiled and
 // under Yaegi: New must fail with the error its "# want:" line names.
 func TestInvalidConfigs(t *testing.T) {

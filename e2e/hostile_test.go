@@ -45,7 +45,7 @@ func TestPasswordFileRefused(t *testing.T) {
 			desc, path, want string
 		}{
 			{desc: "FIFO", path: fifo, want: "is not a regular file"},
-			{desc: "the zero device", path: "/dev/zero", want: "is not a regular file"},
+			{desc: "the zero device", path: "/dev/zero", want: `is "/dev/zero", which holds no Redis password`},
 			{desc: "directory", path: dir, want: "is not a regular file"},
 			{desc: "empty file", path: empty, want: "is empty"},
 			{desc: "only a newline", path: newline, want: "is empty"},
