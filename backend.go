@@ -213,8 +213,14 @@ func (b *backend) logFailure(now int64, err error, o *redisSettings) {
 	if b.breaker.isOpen() {
 		state = "open"
 	}
-	log.Printf("tollgate: redis %s unavailable, falling back to local limits (breaker %s, %d of the last second's %d checks failed, %d failures in all): %v",
-		b.describe(), state, atomic.LoadInt64(&b.breaker.failures), atomic.LoadInt64(&b.breaker.checks), atomic.LoadInt64(&b.failures), err)
+	log.Printf("tollgate: redis %s unavailable, falling back to local limits (breaker %s, %d of the last second's %d checks failed, %d failures in all): %s",
+		b.describe(), state, atomic.LoadInt64(&b.breaker.failures), atomic.LoadInt64(&b.breaker.checks), atomic.LoadInt64(&b.failures), oneLine(err.Error()))
+}
+
+// oneLine escapes the line breaks of s: an error may carry a node's
+// address or reply, which a hostile node could make forge a log line.
+func oneLine(s string) string {
+	return strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(s)
 }
 
 // startProber starts probeLoop unless it runs.

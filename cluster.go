@@ -112,13 +112,13 @@ func (b *backend) loadSlots() error {
 func (b *backend) clusterSlots(addr string) ([]slotRange, error) {
 	entries, err := redis.Values(b.adminDo(addr, b.base.username, b.base.password, 0, "CLUSTER", "SLOTS"))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", addr, err)
+		return nil, fmt.Errorf("%q: %w", addr, err)
 	}
 	if len(entries) == 0 {
-		return nil, fmt.Errorf("%s: CLUSTER SLOTS is empty (no slot assigned)", addr)
+		return nil, fmt.Errorf("%q: CLUSTER SLOTS is empty (no slot assigned)", addr)
 	}
 	bad := func(what string, v interface{}) error {
-		return fmt.Errorf("%s: %w: CLUSTER SLOTS %s: %v", addr, errBadReply, what, v)
+		return fmt.Errorf("%q: %w: CLUSTER SLOTS %s: %q", addr, errBadReply, what, fmt.Sprint(v))
 	}
 	var ranges []slotRange
 	for _, e := range entries {

@@ -214,7 +214,7 @@ func (c *redisClient) dialSafe(loadScript bool) (cn *rconn, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			cn = nil
-			err = fmt.Errorf("dialing redis %s: recovered from a panic: %v", c.set.addr, r)
+			err = fmt.Errorf("dialing redis %q: recovered from a panic: %v", c.set.addr, r)
 		}
 	}()
 	return c.dial(c.now().Add(c.dialTimeout), loadScript)

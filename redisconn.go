@@ -56,10 +56,10 @@ func (c *redisClient) dial(deadline time.Time, loadScript bool) (*rconn, error) 
 	opts := dialOptions(c.tlsConf, deadline, c.set.username, c.set.password, c.set.db, handshakeBytes, func(nc net.Conn) { raw = nc })
 	conn, err := redis.DialContext(ctx, "tcp", c.set.addr, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("dialing redis %s: %w", c.set.addr, err)
+		return nil, fmt.Errorf("dialing redis %q: %w", c.set.addr, err)
 	}
 	if raw == nil {
-		return nil, fmt.Errorf("dialing redis %s: no connection", c.set.addr)
+		return nil, fmt.Errorf("dialing redis %q: no connection", c.set.addr)
 	}
 	// Load the script with the handshake, off the request's clock: a
 	// burst's first checks on a fresh (or restarted) Redis would otherwise
@@ -71,11 +71,11 @@ func (c *redisClient) dial(deadline time.Time, loadScript bool) (*rconn, error) 
 	sha, err := redis.String(conn.Do("SCRIPT", "LOAD", bucketScript))
 	if err != nil && !strings.HasPrefix(err.Error(), "NOPERM") {
 		_ = raw.Close()
-		return nil, fmt.Errorf("dialing redis %s: loading the script: %w", c.set.addr, err)
+		return nil, fmt.Errorf("dialing redis %q: loading the script: %w", c.set.addr, err)
 	}
 	if err == nil && sha != bucketSHA {
 		_ = raw.Close()
-		return nil, fmt.Errorf("dialing redis %s: loading the script: %w: SHA %q", c.set.addr, errBadReply, sha)
+		return nil, fmt.Errorf("dialing redis %q: loading the script: %w: SHA %q", c.set.addr, errBadReply, sha)
 	}
 	// The connection's CLIENT ID, which grows with every connection a
 	// Redis process accepts and starts again at a restart (stale.go: a
@@ -84,7 +84,7 @@ func (c *redisClient) dial(deadline time.Time, loadScript bool) (*rconn, error) 
 	reply, err := conn.Do("CLIENT", "ID")
 	if err != nil && !isErrorReply(err) {
 		_ = raw.Close()
-		return nil, fmt.Errorf("dialing redis %s: reading the client id: %w", c.set.addr, err)
+		return nil, fmt.Errorf("dialing redis %q: reading the client id: %w", c.set.addr, err)
 	}
 	cn := newConn(raw)
 	if id, err := redis.Int64(reply, err); err == nil && id > 0 {

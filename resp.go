@@ -55,7 +55,7 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 		return nil, errBadReply
 	}
 	if line[0] == '-' {
-		return nil, fmt.Errorf("%w: %s", errBadReply, line[1:])
+		return nil, fmt.Errorf("%w: %q", errBadReply, line[1:])
 	}
 	return line, nil
 }

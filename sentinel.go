@@ -59,7 +59,7 @@ func (b *backend) setPrimary(addr string) {
 	b.breaker.probeSoon()
 	// The addresses come from a sentinel: quoted, so that no reply can
 	// forge a log line.
-	log.Printf("tollgate: redis sentinel: primary %q is now %q (was %s)", b.base.masterName, addr, old)
+	log.Printf("tollgate: redis sentinel: primary %q is now %q (was %q)", b.base.masterName, addr, old)
 }
 
 // watch starts the sentinel watcher unless it runs.

@@ -6,7 +6,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestSentinelAddressQuotedInLog: the primary's address comes from a
@@ -25,8 +27,37 @@ func TestSentinelAddressQuotedInLog(t *testing.T) {
 	}
 	// (Other lines may hold the address too: the dial's error, logged by
 	// the backend.)
-	want := `primary "mymaster" is now "127.0.0.1\ntollgate forged line:6380" (was none)` + "\n"
+	want := `primary "mymaster" is now "127.0.0.1\ntollgate forged line:6380" (was "none")` + "\n"
 	if !strings.Contains(buf.String(), want) {
 		t.Fatalf("log %q, want a line ending %q", buf.String(), want)
+	}
+}
+
+// TestNodeAddressQuotedInErrors: a node's address (from a sentinel, CLUSTER
+// SLOTS or a redirection) reaches the log through the errors of dials and
+// topology queries; the failure log escapes their line breaks, so a
+// newline in it forges no line.
+func TestNodeAddressQuotedInErrors(t *testing.T) {
+	addr := "127.0.0.1\ntollgate forged line:1"
+	c, err := newRedisClient(redisSettings{addr: addr, timeout: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, derr := c.dialSafe(true)
+	b := topologyBackend(t, "cluster", "127.0.0.1:1")
+	_, serr := b.clusterSlots(addr)
+	for _, err := range []error{derr, serr} {
+		if err == nil {
+			t.Fatal("no error")
+		}
+		var buf bytes.Buffer
+		log.SetOutput(&buf)
+		atomic.StoreInt64(&b.lastLog, 0)
+		set := b.latest()
+		b.logFailure(b.now(), err, &set)
+		log.SetOutput(os.Stderr)
+		if out := strings.TrimSuffix(buf.String(), "\n"); out == "" || strings.Contains(out, "\n") {
+			t.Errorf("log %q: want one line", buf.String())
+		}
 	}
 }

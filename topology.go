@@ -300,7 +300,7 @@ var askingCmd = []byte("*1\r\n$6\r\nASKING\r\n")
 func (b *backend) adminDo(addr, user, pass string, db int64, cmd string, args ...interface{}) (interface{}, error) {
 	conn, err := b.adminConn(addr, user, pass, db, func(net.Conn) {})
 	if err != nil {
-		return nil, fmt.Errorf("dialing %s: %w", addr, err)
+		return nil, fmt.Errorf("dialing %q: %w", addr, err)
 	}
 	defer conn.Close()
 	return conn.Do(cmd, args...)
