@@ -69,6 +69,7 @@ type redisClient struct {
 	conns      []*rconn   // open connections (not those being proven)
 	poolSize   int
 	dialing    int   // dials in progress
+	dialEnds   int64 // dials ended, for a check waiting for one
 	dialFailed bool  // the last dial failed, or a connection stopped answering; no dial succeeded since
 	silentAt   int64 // monotonic ns when Redis last went silent: a dial timed out, a connection went stale
 	epoch      int64 // bumped when the connections may have outlived their Redis (stale.go)
@@ -121,7 +122,8 @@ func (c *redisClient) setPoolSize(n int) {
 // the dial in progress, once, unless Redis went silent less than a dial
 // budget ago (failingFast).
 func (c *redisClient) pick(notBefore int64, timeout time.Duration) (*rconn, error) {
-	proved, waited := false, false
+	proved := false
+	waited := int64(-1) // the dials ended when this check began to wait for one
 	c.mu.Lock()
 	for {
 		ns := c.mono()
@@ -146,7 +148,7 @@ func (c *redisClient) pick(notBefore int64, timeout time.Duration) (*rconn, erro
 			c.mu.Unlock()
 			return best, nil
 		}
-		failed := waited && c.dialFailed // the dial this check waited for failed
+		failed := waited >= 0 && c.dialEnds != waited && c.dialFailed // the dial this check waited for failed
 		if c.dialing == 0 && c.poolSize > 0 && !failed {
 			c.startDial()
 		}
@@ -154,7 +156,9 @@ func (c *redisClient) pick(notBefore int64, timeout time.Duration) (*rconn, erro
 			c.mu.Unlock()
 			return nil, errDialFailed
 		}
-		waited = true
+		if waited < 0 {
+			waited = c.dialEnds
+		}
 		c.dialDone.Wait() // a dial ends within its budget
 	}
 }
@@ -183,6 +187,7 @@ func (c *redisClient) dialAsync() {
 	cn, err := c.dialSafe(true)
 	c.mu.Lock()
 	c.dialing--
+	c.dialEnds++
 	if err == nil {
 		cn.born = c.mono()
 		cn.used = cn.born

@@ -69,6 +69,7 @@ type topology struct {
 
 	refreshing  int32 // 1 while a refresh runs
 	lastRefresh int64 // Unix ns of the last refresh started
+	learnt      int64 // monotonic ns when the last refresh succeeded
 	watching    int32 // 1 while the sentinel watcher runs
 }
 
@@ -174,12 +175,23 @@ func (b *backend) topologyCheck(cmd *command, key string, d []int64, o *redisSet
 	if b.base.mode == modeSentinel && atomic.LoadInt32(&b.topo.watching) == 0 {
 		b.watch()
 	}
+	start := b.now()
 	c := b.route(key)
 	if c == nil {
 		b.refresh()
 		return errNoRoute
 	}
 	cl, err := c.call(cmd, key, o.timeout)
+	if err == errDialFailed || neverSent(err) {
+		// The node is gone and the check never reached it: a failover
+		// nobody has seen yet (no traffic since). Learn the topology now
+		// and try the key's node once more if it changed.
+		b.relearn(start)
+		if next := b.route(key); next != nil && next != c {
+			c = next
+			cl, err = c.call(cmd, key, o.timeout)
+		}
+	}
 	if err == errRedirect {
 		return b.redirected(cmd, key, d, cl.line, c.set.addr, o)
 	}
@@ -187,6 +199,23 @@ func (b *backend) topologyCheck(cmd *command, key string, d []int64, o *redisSet
 		return err
 	}
 	return decode(cl.line, d)
+}
+
+// relearn reads the topology now for a check begun at since (monotonic
+// ns) whose node failed before its call was sent, unless a refresh has
+// succeeded since: one refresh at a time, and the checks that failed
+// meanwhile use what it learnt. A refresh in progress (off the request's
+// clock) is waited for, within the dial budget.
+func (b *backend) relearn(since int64) {
+	deadline := b.now() + int64(dialTimeoutFor(b.base.timeout))
+	for atomic.LoadInt64(&b.topo.learnt) < since && b.now() < deadline {
+		if atomic.CompareAndSwapInt32(&b.topo.refreshing, 0, 1) {
+			atomic.StoreInt64(&b.topo.lastRefresh, b.now())
+			b.refreshNow()
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // redirected follows a MOVED or ASK reply from the node at from once:
@@ -274,7 +303,9 @@ func (b *backend) refreshNow() {
 	}
 	if err != nil {
 		b.logFailure(b.now(), err, &b.base)
+		return
 	}
+	atomic.StoreInt64(&b.topo.learnt, b.now())
 }
 
 // checkAsking runs a check on this node after ASKING (a slot being
