@@ -2,8 +2,8 @@ package e2e
 
 // Fault drills: "exact while Redis is up", checked on the first burst after
 // an incident, on a fleet configured as a new user would (userConf). Each
-// run of a drill makes the pools busy (drillWarm concurrent requests for a
-// warm-up key over the replicas, so each pod holds several connections),
+// run of a drill makes the pools busy (drillWarm concurrent requests over
+// the replicas, a warm-up key each, so each pod holds several connections),
 // brings on one fault, and, drillSettle (probeInterval + 1.5 s) after Redis
 // answers the test's PING again, sends drillBurst concurrent requests
 // round-robin for a fresh key: checkGlobal (the burst plus what the bucket

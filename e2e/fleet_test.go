@@ -257,8 +257,25 @@ func TestFleetOneBudget(t *testing.T) {
 	if s := statuses(rs); s[200] != 20 || s[429] != 70 {
 		t.Fatalf("90 concurrent requests over 3 replicas: %v, want 20 x 200, 70 x 429", s)
 	}
-	if len(perReplica) < 2 {
-		t.Fatalf("all admitted requests came from one replica: %v", perReplica)
+	// Which replica got the tokens of a concurrent burst is the
+	// scheduler's choice (on a loaded machine one replica may answer all
+	// its 30 before the others' first check reaches Redis): logged, not
+	// checked. That every replica admits from the one budget is checked
+	// in order instead: 30 requests one after another, round-robin, the
+	// first 20 (on every replica) pass and the rest (on every replica,
+	// though none has admitted 20 itself) are refused.
+	t.Logf("90 concurrent: admitted per replica %v", perReplica)
+	k0 := fleetKey(t, "seq")
+	for i := 0; i < 30; i++ {
+		r := fe.mustSend(i, "GET", "/", k0)
+		all = append(all, r)
+		want := 200
+		if i >= 20 {
+			want = 429
+		}
+		if r.status != want {
+			t.Fatalf("request %d of 30 in order, on replica %d: status %d, want %d (20 admitted over the replicas, one budget)", i, r.replica, r.status, want)
+		}
 	}
 	// Another key, and the same key in another class, have their own budgets.
 	rs = fe.burstOf(30, "GET", "/", fleetKey(t, "b"))

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -20,7 +21,9 @@ type process struct {
 
 // startProcess runs bin with args in dir, its output in logPath, and
 // waits until GET readyURL answers 200 (within): what names the server in
-// errors, which quote its log.
+// errors, which quote its log. A server that exits at start because a
+// port it binds is taken is errPortTaken. (Another server on that port
+// may have answered readyURL first: the caller checks it is its own.)
 func startProcess(what, dir, logPath, readyURL string, within time.Duration, bin string, args ...string) (*process, error) {
 	p := &process{log: logPath, done: make(chan struct{})}
 	out, err := os.Create(logPath)
@@ -40,6 +43,9 @@ func startProcess(what, dir, logPath, readyURL string, within time.Duration, bin
 	for time.Now().Before(deadline) {
 		select {
 		case <-p.done:
+			if log := p.Log(); strings.Contains(strings.ToLower(log), "address already in use") {
+				return nil, fmt.Errorf("%w: %s exited at start:\n%s", errPortTaken, what, log)
+			}
 			return nil, fmt.Errorf("%s exited at start:\n%s", what, p.Log())
 		default:
 		}

@@ -57,10 +57,6 @@ func StartPrometheus(dir string, targets ...ScrapeTarget) (*Prometheus, error) {
 	if err != nil {
 		return nil, ErrNoPrometheus
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
 	dir = filepath.Join(dir, "prometheus")
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		return nil, err
@@ -98,13 +94,35 @@ func StartPrometheus(dir string, targets ...ScrapeTarget) (*Prometheus, error) {
 	if err := os.WriteFile(confFile, b, 0o644); err != nil {
 		return nil, err
 	}
-	p := &Prometheus{Addr: fmt.Sprintf("127.0.0.1:%d", port), targets: len(targets)}
-	if p.process, err = startProcess("prometheus on "+p.Addr, dir, filepath.Join(dir, "prometheus.log"), "http://"+p.Addr+"/-/ready",
-		30*time.Second, bin, "--config.file="+confFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+p.Addr, "--log.level=warn"); err != nil {
-		return nil, err
+	// A port taken between FreePort and the bind: another try, on
+	// another port.
+	for try := 0; try < bindTries; try++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		p := &Prometheus{Addr: fmt.Sprintf("127.0.0.1:%d", port), targets: len(targets)}
+		p.process, err = startProcess("prometheus on "+p.Addr, dir, filepath.Join(dir, "prometheus.log"), "http://"+p.Addr+"/-/ready",
+			30*time.Second, bin, "--config.file="+confFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+			"--web.listen-address="+p.Addr, "--log.level=warn")
+		if err == nil && !p.own(confFile) {
+			p.Stop() // another Prometheus answered: this one could not bind
+			err = fmt.Errorf("%w: another server answers on %s", errPortTaken, p.Addr)
+		}
+		if err == nil {
+			return p, nil
+		}
+		if !errors.Is(err, errPortTaken) {
+			return nil, err
+		}
 	}
-	return p, nil
+	return nil, fmt.Errorf("prometheus: a port taken %d times", bindTries)
+}
+
+// own reports whether the Prometheus answering on p.Addr runs confFile.
+func (p *Prometheus) own(confFile string) bool {
+	var flags map[string]string
+	return p.api("/api/v1/status/flags", &flags) == nil && flags["config.file"] == confFile
 }
 
 // TargetState is one target as /api/v1/targets reports it.

@@ -168,28 +168,20 @@ func startTLSPrimaries(t *testing.T, dir string, p *pki, hosts []string, certs [
 	t.Cleanup(c.Stop)
 	var addrs []string
 	for i, host := range hosts {
-		port, err := FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		bus, err := FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
 		ndir := filepath.Join(dir, fmt.Sprintf("node%d", i))
 		if err := os.MkdirAll(ndir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		// The later --bind replaces start's 127.0.0.1; the node announces
 		// its own address, which CLUSTER SLOTS names.
-		r := &Redis{Addr: fmt.Sprintf("%s:%d", host, port), port: port, dir: ndir, bin: bin, tls: helperTLS(t, p), extra: []string{
+		r := &Redis{Addr: host, bus: -1, dir: ndir, bin: bin, tls: helperTLS(t, p), extra: []string{
 			"--bind", host, "--cluster-announce-ip", host,
 			"--tls-cert-file", certs[i][0], "--tls-key-file", certs[i][1], "--tls-ca-cert-file", p.ca,
 			"--tls-auth-clients", "yes", "--tls-cluster", "yes",
 			"--tls-client-cert-file", p.clientCert, "--tls-client-key-file", p.clientKey,
-			"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus), "--cluster-config-file", "nodes.conf",
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 		}}
-		if err := r.start(); err != nil {
+		if err := r.startNew(); err != nil {
 			t.Fatal(err)
 		}
 		c.Nodes = append(c.Nodes, r)

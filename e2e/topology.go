@@ -24,6 +24,15 @@ func startServer(dir, password string, pre []string, args ...string) (*Redis, er
 // startServerTLS is startServer for a TLS-only server; tlsConf is the
 // helpers' client side and args must configure the server's certificates.
 func startServerTLS(dir, password string, tlsConf *tls.Config, pre []string, args ...string) (*Redis, error) {
+	r, err := newServer(dir, password, tlsConf, pre, args...)
+	if err != nil {
+		return nil, err
+	}
+	return r, r.startNew()
+}
+
+// newServer is startServerTLS's server, not started (startNew starts it).
+func newServer(dir, password string, tlsConf *tls.Config, pre []string, args ...string) (*Redis, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, ErrNoRedis
@@ -31,12 +40,7 @@ func startServerTLS(dir, password string, tlsConf *tls.Config, pre []string, arg
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
-	r := &Redis{Addr: fmt.Sprintf("127.0.0.1:%d", port), Password: password, port: port, dir: dir, bin: bin, pre: pre, extra: args, tls: tlsConf}
-	return r, r.start()
+	return &Redis{Addr: "127.0.0.1", Password: password, dir: dir, bin: bin, pre: pre, extra: args, tls: tlsConf}, nil
 }
 
 // Cluster is a Redis Cluster of real redis-servers on loopback: primaries
@@ -59,18 +63,17 @@ func StartClusterTLS(dir string, primaries int, tlsConf *tls.Config, serverArgs,
 	c := &Cluster{}
 	var addrs []string
 	for i := 0; i < 2*primaries; i++ {
-		// The bus port is given, not left at port+10000, which is out of
-		// range for ephemeral ports above 55535.
-		bus, err := FreePort()
+		r, err := newServer(filepath.Join(dir, fmt.Sprintf("node%d", i)), "", tlsConf, nil, append(append([]string{}, serverArgs...),
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
+			// Replicas sync at once and may take over whatever their data's age.
+			"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0")...)
 		if err != nil {
 			c.Stop()
 			return nil, err
 		}
-		r, err := startServerTLS(filepath.Join(dir, fmt.Sprintf("node%d", i)), "", tlsConf, nil, append(append([]string{}, serverArgs...),
-			"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus), "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
-			// Replicas sync at once and may take over whatever their data's age.
-			"--repl-diskless-sync-delay", "0", "--cluster-replica-validity-factor", "0")...)
-		if err != nil {
+		// The bus port is a free port of its own, not port+10000.
+		r.bus = -1
+		if err := r.startNew(); err != nil {
 			c.Stop()
 			return nil, err
 		}

@@ -84,14 +84,30 @@ type Traefik struct {
 // static configuration, map by map (e.g. "entryPoints": {"web":
 // {"forwardedHeaders": ...}} adds to the web entrypoint).
 func StartTraefik(bin, dir, name, dynamicFile string, extra map[string]interface{}) (*Traefik, error) {
-	webPort, err := FreePort()
-	if err != nil {
-		return nil, err
+	// A port taken between FreePort and Traefik's bind (by a program that
+	// does not ask FreePort) ends that Traefik at start: the next try has
+	// new ports.
+	var err error
+	for try := 0; try < bindTries; try++ {
+		var web, api int
+		if web, err = FreePort(); err != nil {
+			return nil, err
+		}
+		if api, err = FreePort(); err != nil {
+			return nil, err
+		}
+		var t *Traefik
+		if t, err = startTraefik(bin, dir, name, dynamicFile, extra, web, api); !errors.Is(err, errPortTaken) {
+			return t, err
+		}
 	}
-	apiPort, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
+	return nil, err
+}
+
+// startTraefik is one try of StartTraefik, on the ports given; errPortTaken
+// when one is taken.
+func startTraefik(bin, dir, name, dynamicFile string, extra map[string]interface{}, webPort, apiPort int) (*Traefik, error) {
+	var err error
 	t := &Traefik{Name: name, Web: fmt.Sprintf("127.0.0.1:%d", webPort), API: fmt.Sprintf("127.0.0.1:%d", apiPort)}
 	static := map[string]interface{}{
 		"global": map[string]interface{}{"checkNewVersion": false, "sendAnonymousUsage": false},
@@ -125,7 +141,26 @@ func StartTraefik(bin, dir, name, dynamicFile string, extra map[string]interface
 		60*time.Second, bin, "--configFile="+conf); err != nil {
 		return nil, err
 	}
+	if !t.own() {
+		// Another Traefik answered on the API port: this one could not
+		// bind it, and ends.
+		t.Stop()
+		return nil, fmt.Errorf("%w: traefik %s: another server answers on %s", errPortTaken, name, t.API)
+	}
 	return t, nil
+}
+
+// own reports whether the Traefik answering on t.API is t: its web
+// entrypoint's address is t.Web.
+func (t *Traefik) own() bool {
+	resp, err := http.Get("http://" + t.API + "/api/entrypoints/web")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var ep struct{ Address string }
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode == http.StatusOK && yaml.Unmarshal(b, &ep) == nil && ep.Address == t.Web // JSON is YAML
 }
 
 // mergeMaps merges src into dst: a map into the map of the same key,
