@@ -181,19 +181,24 @@ func (b *backend) failed(ns int64, err error, o *redisSettings) {
 }
 
 // dialFailed counts a dial that failed outside any check (see dialAsync)
-// against Redis, with the latest New's breaker settings.
+// against Redis, with the latest New's breaker settings (a standalone
+// Redis's breaker; a topology's node is judged by its checks).
 func (b *backend) dialFailed(err error) {
 	set := b.latest()
 	ns := b.now()
 	atomic.AddInt64(&b.failures, 1)
 	atomic.AddInt64(&b.metrics.errors[reasonDial], 1)
+	b.logFailure(ns, err, &set)
+	if b.base.mode != modeStandalone {
+		// A node that failed over: the checks waiting for this dial learn
+		// the topology and go to its heir (topologyCheck); they count
+		// against the breaker only if they fail there too.
+		b.refresh()
+		return
+	}
 	if b.breaker.failure(ns, set.breakerThreshold, set.probeNS) {
 		b.suspectAll()
 		b.startProber()
-	}
-	b.logFailure(ns, err, &set)
-	if b.base.mode != modeStandalone {
-		b.refresh()
 	}
 }
 

@@ -83,6 +83,9 @@ func (d drill) run(t *testing.T, fe *fleetEnv) {
 		rs, elapsed := fe.burstAt(drillBurst, key(t, fmt.Sprintf("burst%d", run)), roundRobin)
 		checkGlobal(t, fmt.Sprintf("run %d: %d concurrent %v after Redis answered again", run, drillBurst, drillSettle), rs, elapsed)
 		t.Logf("run %d: per replica: %s", run, perReplica(rs))
+		if _, how := tally(rs); how["local"] > 0 {
+			fe.logTollgate(t, run)
+		}
 		if d.after != nil {
 			d.after(t)
 		}
@@ -105,6 +108,24 @@ func (fe *fleetEnv) warmUp(n int, key func(i int) string) []reply {
 	}
 	wg.Wait()
 	return out
+}
+
+// logTollgate logs the plugin's own lines of each replica's log (why a
+// check fell back), the last 20 of each.
+func (fe *fleetEnv) logTollgate(t *testing.T, run int) {
+	t.Helper()
+	for i, tr := range fe.fleet.Replicas {
+		var lines []string
+		for _, l := range strings.Split(tr.Log(), "\n") {
+			if strings.Contains(l, "tollgate: ") {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) > 20 {
+			lines = lines[len(lines)-20:]
+		}
+		t.Logf("run %d: replica %d's tollgate log:\n%s", run, i, strings.Join(lines, "\n"))
+	}
 }
 
 // standalone is a drill's node for fe's one redis-server.
