@@ -25,24 +25,7 @@ func startFleetOn(t *testing.T, conf map[string]interface{}, routers ...string) 
 		}
 		t.Fatal(err)
 	}
-	f, err := StartFleet(t.TempDir(), userReplicas, conf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		f.Stop()
-		if t.Failed() {
-			for _, tr := range f.Replicas {
-				if tr != nil {
-					t.Logf("%s log:\n%s", tr.Name, tr.Log())
-				}
-			}
-		}
-	})
-	if err := f.WaitRouters("enabled", routers...); err != nil {
-		t.Fatal(err)
-	}
-	return &fleetEnv{t: t, fleet: f}
+	return fleetIn(t, t.TempDir(), userReplicas, conf, routers...)
 }
 
 // waitReplicaOf waits until r replicates primary, its link up.

@@ -49,7 +49,16 @@ func fleetRedis(t *testing.T) (string, *Redis) {
 func startFleet(t *testing.T, n int, conf func(redisAddr string) map[string]interface{}, routers ...string) *fleetEnv {
 	t.Helper()
 	dir, r := fleetRedis(t)
-	f, err := StartFleet(dir, n, conf(r.Addr))
+	fe := fleetIn(t, dir, n, conf(r.Addr), routers...)
+	fe.redis = r
+	return fe
+}
+
+// fleetIn starts n replicas serving conf in dir, stopped at the test's
+// end (their logs shown when it failed), once routers are enabled.
+func fleetIn(t *testing.T, dir string, n int, conf map[string]interface{}, routers ...string) *fleetEnv {
+	t.Helper()
+	f, err := StartFleet(dir, n, conf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +75,7 @@ func startFleet(t *testing.T, n int, conf func(redisAddr string) map[string]inte
 	if err := f.WaitRouters("enabled", routers...); err != nil {
 		t.Fatal(err)
 	}
-	return &fleetEnv{t: t, redis: r, fleet: f}
+	return &fleetEnv{t: t, fleet: f}
 }
 
 // route is one router and, when opts is set, its own Tollgate middleware
