@@ -4,9 +4,11 @@ package tollgate
 // be tried again.
 //
 // A pooled connection is known good while nothing has happened since it
-// last answered: no failure on its node (a check, a dial, a side
-// command), no breaker transition or topology change, no probe that
-// reconnected, and the pool handed it out less than proveAfter ago.
+// last answered: no connection of its node lost (a reset, EOF, a failed
+// write, a stale connection, a failed dial or side command), no breaker
+// transition or topology change, no probe that reconnected, and the pool
+// handed it out less than proveAfter ago. (A timeout alone is not such
+// an event: Redis or the pod was slow, the connection is still good.)
 // Each such event bumps the pool's epoch; a connection proven at an
 // older epoch, or idle for longer, is suspect: a restarted Redis closed
 // it (its FIN unread), Redis's `timeout` did, or a freeze left it owing
@@ -214,10 +216,15 @@ func connLost(err error) bool {
 		err != errReadOnly && err != errQueueFull && err != errDialFailed && !isTimeout(err)
 }
 
-// replyFault reports an error that Redis answered (a reply, or a
-// connection's queue full on our side): the connection is fine.
+// replyFault reports an error that says nothing of whether the pool's
+// connections outlived their Redis: a reply (NOSCRIPT, a redirection,
+// READONLY), our own queue full, no dial, or a timeout (Redis, or the
+// pod, slow: the connection is still the one Redis serves; suspecting
+// every connection for it would add a PING to the next checks of a pod
+// already late). A connection that stays silent goes stale (errStale).
 func replyFault(err error) bool {
-	return err == errNoScript || err == errRedirect || err == errReadOnly || err == errQueueFull || err == errDialFailed
+	return err == errNoScript || err == errRedirect || err == errReadOnly || err == errQueueFull || err == errDialFailed ||
+		err == errTimeout || isTimeout(err)
 }
 
 // lostUnder reports an error of a connection that ended with the call
