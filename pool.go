@@ -69,6 +69,8 @@ type redisClient struct {
 	conns      []*rconn   // open connections (not those being proven)
 	poolSize   int
 	dialing    int   // dials in progress
+	proving    int   // connections out of conns while a PING proves them (stale.go)
+	forgotten  bool  // the topology no longer uses this node: no connection rejoins it
 	dialEnds   int64 // dials ended, for a check waiting for one
 	dialFailed bool  // the last dial failed, or a connection stopped answering; no dial succeeded since
 	silentAt   int64 // monotonic ns when Redis last went silent: a dial timed out, a connection went stale
@@ -118,19 +120,28 @@ func (c *redisClient) setPoolSize(n int) {
 // pick returns the least busy connection dialled at notBefore (monotonic
 // ns) or later and known good, starting a dial when all are busy and the
 // pool may grow. One that may have outlived its Redis is proven first (a
-// PING, by this caller, at most once: stale.go). With none it waits for
-// the dial in progress, once, unless Redis went silent less than a dial
-// budget ago (failingFast).
+// PING: stale.go), and carries this check once proven. With none it waits
+// for the dial or the proof in progress, and for one dial at most; it
+// fails at once while Redis is silent (failingFast). Connections open,
+// being proven and being dialled are at most poolSize.
 func (c *redisClient) pick(notBefore int64, timeout time.Duration) (*rconn, error) {
-	proved := false
 	waited := int64(-1) // the dials ended when this check began to wait for one
 	c.mu.Lock()
 	for {
+		if c.forgotten {
+			c.mu.Unlock()
+			return nil, errNotSent // the topology moved on: its map has another node
+		}
 		ns := c.mono()
 		best, suspect, busy := c.usable(notBefore, ns)
-		if suspect != nil && !proved && (best == nil || atomic.LoadInt64(&best.inflight) > 0) {
-			proved = true
-			if err := c.prove(suspect, timeout); err == errTimeout {
+		if suspect != nil && (best == nil || atomic.LoadInt64(&best.inflight) > 0) {
+			err := c.prove(suspect, timeout)
+			if err == nil {
+				c.tend(false, suspect.used) // proven just now: not pruned
+				c.mu.Unlock()
+				return suspect, nil
+			}
+			if err == errTimeout {
 				c.mu.Unlock()
 				return nil, err // Redis is slower than the check's budget
 			}
@@ -149,17 +160,17 @@ func (c *redisClient) pick(notBefore int64, timeout time.Duration) (*rconn, erro
 			return best, nil
 		}
 		failed := waited >= 0 && c.dialEnds != waited && c.dialFailed // the dial this check waited for failed
-		if c.dialing == 0 && c.poolSize > 0 && !failed {
+		if c.dialing == 0 && !failed && len(c.conns)+c.proving < c.poolSize {
 			c.startDial()
 		}
-		if c.poolSize <= 0 || c.failingFast(ns) || failed {
+		if c.poolSize <= 0 || c.failingFast(ns) || failed || c.dialing == 0 && c.proving == 0 {
 			c.mu.Unlock()
 			return nil, errDialFailed
 		}
 		if waited < 0 {
 			waited = c.dialEnds
 		}
-		c.dialDone.Wait() // a dial ends within its budget
+		c.dialDone.Wait() // a dial or a proof ends within its budget
 	}
 }
 
@@ -188,7 +199,11 @@ func (c *redisClient) dialAsync() {
 	c.mu.Lock()
 	c.dialing--
 	c.dialEnds++
-	if err == nil {
+	if err == nil && c.forgotten {
+		cn.mu.Lock()
+		cn.kill(errConnDead)
+		cn.mu.Unlock()
+	} else if err == nil {
 		cn.born = c.mono()
 		cn.used = cn.born
 		cn.epoch = c.epoch
@@ -415,7 +430,7 @@ func pipelined(c *redisClient, cn *rconn, cmd *command, key string, d []int64, t
 // carries growAt calls per open connection, or there is none) and prunes
 // idle connections at most every pruneEvery. Requires c.mu held.
 func (c *redisClient) tend(grow bool, ns int64) {
-	if grow && c.dialing == 0 && len(c.conns) < c.poolSize {
+	if grow && c.dialing == 0 && len(c.conns)+c.proving < c.poolSize {
 		c.startDial()
 	}
 	if ns-c.lastPrune >= pruneEvery {

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"time"
@@ -93,12 +94,14 @@ func (c *redisClient) dial(deadline time.Time, loadScript bool) (*rconn, error) 
 	return cn, nil
 }
 
-// isErrorReply reports an error redigo made of an error reply that
-// refuses a command (NOPERM, ERR unknown command), as opposed to a
-// connection's. Matched by text (see STYLE: no type assertions on errors).
+// isErrorReply reports an error redigo made of an error reply (NOPERM,
+// ERR unknown command, a proxy's own text), as opposed to the
+// connection's: a network error, EOF, or redigo's protocol error. (No
+// type assertion on errors: see STYLE.)
 func isErrorReply(err error) bool {
-	msg := err.Error()
-	return strings.HasPrefix(msg, "NOPERM") || strings.HasPrefix(msg, "ERR")
+	var ne net.Error
+	return !errors.As(err, &ne) && err != io.EOF && err != io.ErrUnexpectedEOF && err != errReplyTooLong &&
+		!strings.HasPrefix(err.Error(), "redigo: ")
 }
 
 // Bounds on what redigo may read on one connection, in all: redigo bounds

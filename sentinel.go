@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log"
 	"net"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -51,7 +50,7 @@ func (b *backend) setPrimary(addr string) {
 	}
 	old := "none"
 	if b.topo.primary != nil {
-		old = strconv.Quote(b.topo.primary.set.addr)
+		old = b.topo.primary.set.addr
 	}
 	b.topo.primary = c
 	c.suspect() // a node known before as a replica, or before a restart

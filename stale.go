@@ -101,6 +101,7 @@ func (cn *rconn) owesOnly() bool {
 // c.mu held; releases it while the PING is out.
 func (c *redisClient) prove(cn *rconn, timeout time.Duration) error {
 	c.remove(cn)
+	c.proving++ // still counted against poolSize
 	epoch := c.epoch
 	c.mu.Unlock()
 	cl := newCall()
@@ -120,6 +121,13 @@ func (c *redisClient) prove(cn *rconn, timeout time.Duration) error {
 		dead = errConnDead
 	}
 	c.mu.Lock()
+	c.proving--
+	if err == nil && c.forgotten {
+		cn.mu.Lock()
+		cn.kill(errConnDead)
+		cn.mu.Unlock()
+		err, dead = errConnDead, errConnDead
+	}
 	switch {
 	case err == nil:
 		cn.epoch = epoch
@@ -186,6 +194,15 @@ func (c *redisClient) closeSuspect(epoch, ns int64) {
 // first burst after it). Requires c.mu held.
 func (c *redisClient) failingFast(ns int64) bool {
 	return c.dialFailed && c.silentAt != 0 && ns-c.silentAt < int64(c.dialTimeout)
+}
+
+// forget closes the idle connections of a node the topology no longer
+// uses, and keeps any dialled or proven from now on out of its pool.
+func (c *redisClient) forget() {
+	c.mu.Lock()
+	c.forgotten = true
+	c.mu.Unlock()
+	c.closeIdle()
 }
 
 // suspect marks every connection of the pool as possibly outlived by its

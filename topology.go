@@ -144,7 +144,7 @@ func (t *topology) forgetNode(addr string) {
 	if c == nil {
 		return
 	}
-	c.closeIdle()
+	c.forget()
 	delete(t.nodes, addr)
 	for i, o := range t.slots {
 		if o == c {
@@ -163,7 +163,7 @@ func (b *backend) forget(keep map[*redisClient]bool) {
 
 	for addr, c := range b.topo.nodes {
 		if !keep[c] {
-			c.closeIdle()
+			c.forget()
 			delete(b.topo.nodes, addr)
 		}
 	}
@@ -203,16 +203,22 @@ func (b *backend) topologyCheck(cmd *command, key string, d []int64, o *redisSet
 
 // relearn reads the topology now for a check begun at since (monotonic
 // ns) whose node failed before its call was sent, unless a refresh has
-// succeeded since: one refresh at a time, and the checks that failed
-// meanwhile use what it learnt. A refresh in progress (off the request's
-// clock) is waited for, within the dial budget.
+// succeeded since, or one began less than minRefresh ago: one refresh at
+// a time, and the checks that failed meanwhile use what it learnt. A
+// refresh in progress (off the request's clock) is waited for, within the
+// dial budget.
 func (b *backend) relearn(since int64) {
 	deadline := b.now() + int64(dialTimeoutFor(b.base.timeout))
 	for atomic.LoadInt64(&b.topo.learnt) < since && b.now() < deadline {
-		if atomic.CompareAndSwapInt32(&b.topo.refreshing, 0, 1) {
-			atomic.StoreInt64(&b.topo.lastRefresh, b.now())
-			b.refreshNow()
-			return
+		if atomic.LoadInt32(&b.topo.refreshing) == 0 {
+			if b.now()-atomic.LoadInt64(&b.topo.lastRefresh) < int64(minRefresh) {
+				return // one began less than minRefresh ago: its map stands
+			}
+			if atomic.CompareAndSwapInt32(&b.topo.refreshing, 0, 1) {
+				atomic.StoreInt64(&b.topo.lastRefresh, b.now())
+				b.refreshNow()
+				return
+			}
 		}
 		time.Sleep(time.Millisecond)
 	}

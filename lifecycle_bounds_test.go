@@ -1,0 +1,278 @@
+package tollgate
+
+// Bounds of the connection lifecycle (stale.go), each found by an
+// independent review and failing before its fix: connections being proven
+// count against poolSize, a check relearns a topology no more often than
+// minRefresh, the sentinel log quotes an address once, and CLIENT ID
+// refused or garbled leaves a dial whole (its ID unknown).
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// slowPingServer answers like fakeRedis but delays PONG by pingDelay; it
+// counts accepted connections.
+type slowPingServer struct {
+	l         net.Listener
+	accepted  int64
+	ids       int64
+	pingDelay time.Duration
+	evals     int64
+	idReply   string // if set, CLIENT ID answers this
+}
+
+func startSlowPing(t *testing.T, d time.Duration) *slowPingServer {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &slowPingServer{l: l, pingDelay: d}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			atomic.AddInt64(&s.accepted, 1)
+			go s.conn(c)
+		}
+	}()
+	return s
+}
+
+func (s *slowPingServer) conn(c net.Conn) {
+	defer c.Close()
+	br := bufio.NewReader(c)
+	for {
+		args, err := readCommand(br)
+		if err != nil {
+			return
+		}
+		reply := "+OK\r\n"
+		switch strings.ToUpper(args[0]) {
+		case "CLIENT":
+			if strings.EqualFold(args[1], "ID") {
+				reply = ":" + strconv.FormatInt(atomic.AddInt64(&s.ids, 1), 10) + "\r\n"
+				if s.idReply != "" {
+					reply = s.idReply
+				}
+			}
+		case "SCRIPT":
+			reply = "$40\r\n" + bucketSHA + "\r\n"
+		case "PING":
+			time.Sleep(s.pingDelay)
+			reply = "+PONG\r\n"
+		case "EVALSHA", "EVAL":
+			atomic.AddInt64(&s.evals, 1)
+			reply = "+1 3 0 2000\r\n"
+		}
+		if _, err := c.Write([]byte(reply)); err != nil {
+			return
+		}
+	}
+}
+
+// At poolSize 1, a proof in progress takes the only connection out of the
+// list: a concurrent check finds the pool empty and dials a second one.
+func TestPoolSizeOneStaysOneWhileProving(t *testing.T) {
+	s := startSlowPing(t, 100*time.Millisecond)
+	c, err := newRedisClient(redisSettings{addr: s.l.Addr().String(), timeout: 500 * time.Millisecond, poolSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.warm()
+	waitConns(t, c, 1)
+	cmd := newCommand([]*policy{mustPolicy(t)}, 4)
+	c.suspect()
+	var wg sync.WaitGroup
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if i > 0 {
+				time.Sleep(20 * time.Millisecond) // while the first check's PING is out
+			}
+			d := make([]int64, decisionLen(1))
+			if err := c.check(cmd, "abcd", d, 500*time.Millisecond); err != nil {
+				t.Errorf("check: %v", err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	time.Sleep(100 * time.Millisecond)
+	if n, a := c.openConns(), atomic.LoadInt64(&s.accepted); n > 1 || a > 1 {
+		t.Fatalf("poolSize 1: %d connections open, %d dialled; want 1", n, a)
+	}
+}
+
+// A cluster node refuses connections (dead, no failover yet): every check
+// routed to it runs a synchronous topology refresh, ignoring minRefresh.
+func TestRelearnRespectsMinRefresh(t *testing.T) {
+	dl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := dl.Addr().String()
+	dl.Close()
+	_, port, _ := net.SplitHostPort(dead)
+	slots := "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + port + "\r\n"
+	seed := startFakeWith(t, "", map[string]string{"CLUSTER": slots})
+	be := topologyBackend(t, "cluster", seed.l.Addr().String())
+	be.breaker = &breaker{}
+	ownAllSlots(be, dead)
+	atomic.StoreInt64(&be.topo.lastRefresh, monotonic())
+	set := newPolicySet([]*policy{mustPolicy(t)}, 14)
+	d := make([]int64, 4)
+	before := atomic.LoadInt64(&seed.names)
+	start := time.Now()
+	for i := 0; i < 20; i++ {
+		_ = be.topologyCheck(set.cmd, "tg{0123456789}", d, &be.set)
+	}
+	el := time.Since(start)
+	refreshes := atomic.LoadInt64(&seed.names) - before
+	if want := int64(el/minRefresh) + 2; refreshes > want {
+		t.Fatalf("20 checks on a refusing node in %v: %d topology queries to the seed, want at most %d (minRefresh %v)", el, refreshes, want, minRefresh)
+	}
+}
+
+var _ = fmt.Sprint
+
+// A switch between two primaries names the old one quoted once.
+func TestSentinelSwitchLogQuotesOnce(t *testing.T) {
+	b := topologyBackend(t, "sentinel", "127.0.0.1:1")
+	var buf bytes.Buffer
+	log.SetOutput(&buf)
+	b.setPrimary("127.0.0.1:6380")
+	b.setPrimary("127.0.0.1:6381")
+	log.SetOutput(os.Stderr)
+	want := `is now "127.0.0.1:6381" (was "127.0.0.1:6380")`
+	if !strings.Contains(buf.String(), want) {
+		t.Fatalf("log %q, want %q", buf.String(), want)
+	}
+}
+
+// Bursts after events (each making every connection suspect): the pool
+// must stay within poolSize.
+func TestPoolStaysWithinPoolSizeAfterSuspicions(t *testing.T) {
+	s := startSlowPing(t, 5*time.Millisecond)
+	c, err := newRedisClient(redisSettings{addr: s.l.Addr().String(), timeout: 500 * time.Millisecond, poolSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.warm()
+	waitConns(t, c, 1)
+	cmd := newCommand([]*policy{mustPolicy(t)}, 4)
+	most := 0
+	for round := 0; round < 30; round++ {
+		c.suspect()
+		var wg sync.WaitGroup
+		for i := 0; i < 64; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d := make([]int64, decisionLen(1))
+				_ = c.check(cmd, "abcd", d, 500*time.Millisecond)
+			}()
+		}
+		wg.Wait()
+		time.Sleep(20 * time.Millisecond)
+		if n := c.openConns(); n > most {
+			most = n
+		}
+	}
+	if a := atomic.LoadInt64(&s.accepted); most > 4 || a > 4 {
+		t.Fatalf("poolSize 4: up to %d connections open, %d dialled in 30 bursts; want at most 4", most, a)
+	}
+}
+
+// The same with idle spells (proveAfter) instead of events.
+func TestPoolStaysWithinPoolSizeAfterIdleSpells(t *testing.T) {
+	s := startSlowPing(t, 5*time.Millisecond)
+	c, err := newRedisClient(redisSettings{addr: s.l.Addr().String(), timeout: 500 * time.Millisecond, poolSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.warm()
+	waitConns(t, c, 1)
+	cmd := newCommand([]*policy{mustPolicy(t)}, 4)
+	most := 0
+	for round := 0; round < 8; round++ {
+		time.Sleep(proveAfter + 50*time.Millisecond)
+		var wg sync.WaitGroup
+		for i := 0; i < 64; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d := make([]int64, decisionLen(1))
+				_ = c.check(cmd, "abcd", d, 500*time.Millisecond)
+			}()
+		}
+		wg.Wait()
+		if n := c.openConns(); n > most {
+			most = n
+		}
+	}
+	if a := atomic.LoadInt64(&s.accepted); most > 4 || a > 4 {
+		t.Fatalf("poolSize 4: up to %d connections open, %d dialled in 8 bursts after idle spells; want at most 4", most, a)
+	}
+}
+
+func TestClientIDRefusedOrGarbage(t *testing.T) {
+	for _, r := range []string{"-NOPERM User x has no permissions to run the 'client|id' command\r\n", "$3\r\nabc\r\n", ":-4\r\n", "*0\r\n", "-LOADING Redis is loading\r\n"} {
+		s := startSlowPing(t, 0)
+		s.idReply = r
+		c, err := newRedisClient(redisSettings{addr: s.l.Addr().String(), timeout: 500 * time.Millisecond, poolSize: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cn, err := c.dial(time.Now().Add(time.Second), true)
+		if err != nil {
+			t.Errorf("CLIENT ID answered %q: dial failed: %v", r, err)
+			continue
+		}
+		if cn.id != 0 {
+			t.Errorf("CLIENT ID answered %q: id %d, want 0", r, cn.id)
+		}
+		cn.mu.Lock()
+		cn.kill(errConnDead)
+		cn.mu.Unlock()
+	}
+}
+
+// A node the topology forgets while one of its connections is out for a
+// PING: the connection, proven, does not rejoin the forgotten pool (no one
+// would close it).
+func TestForgottenNodeTakesNoProvenConnection(t *testing.T) {
+	s := startSlowPing(t, 100*time.Millisecond)
+	c, err := newRedisClient(redisSettings{addr: s.l.Addr().String(), timeout: 500 * time.Millisecond, poolSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.warm()
+	waitConns(t, c, 1)
+	c.suspect()
+	done := make(chan error, 1)
+	go func() {
+		d := make([]int64, decisionLen(1))
+		done <- c.check(newCommand([]*policy{mustPolicy(t)}, 4), "abcd", d, 500*time.Millisecond)
+	}()
+	time.Sleep(30 * time.Millisecond) // the PING is out
+	c.forget()
+	<-done
+	time.Sleep(50 * time.Millisecond)
+	if n := c.openConns(); n != 0 {
+		t.Fatalf("%d connections open on a forgotten node, want 0", n)
+	}
+}
