@@ -276,3 +276,37 @@ func TestForgottenNodeTakesNoProvenConnection(t *testing.T) {
 		t.Fatalf("%d connections open on a forgotten node, want 0", n)
 	}
 }
+
+// A lost connection's check is tried again only on another Redis process:
+// told by run_id, or without it by a lower CLIENT ID; unknown is not
+// restarted. runID takes only a well-formed run_id.
+func TestRestartedTellsAnotherProcess(t *testing.T) {
+	a := strings.Repeat("a", 40)
+	b := strings.Repeat("b", 40)
+	for _, tc := range []struct {
+		desc       string
+		lost, next rconn
+		want       bool
+	}{
+		{"same run_id, lower id", rconn{run: a, id: 9}, rconn{run: a, id: 2}, false},
+		{"another run_id, higher id", rconn{run: a, id: 2}, rconn{run: b, id: 9}, true},
+		{"no run_id, lower id", rconn{id: 9}, rconn{id: 2}, true},
+		{"no run_id, higher id", rconn{id: 2}, rconn{id: 9}, false},
+		{"nothing known", rconn{}, rconn{}, false},
+		{"one run_id unknown, id unknown", rconn{run: a}, rconn{id: 3}, false},
+	} {
+		if got := restarted(&tc.lost, &tc.next); got != tc.want {
+			t.Errorf("%s: restarted = %v, want %v", tc.desc, got, tc.want)
+		}
+	}
+	for in, want := range map[string]string{
+		"# Server\r\nredis_version:7.0.15\r\nrun_id:" + a + "\r\ntcp_port:6379\r\n": a,
+		"# Server\r\nrun_id:" + strings.Repeat("Z", 40) + "\r\n":                    "",
+		"# Server\r\nrun_id:abc\r\n":                                                "",
+		"run_id:" + a:                                                               "",
+	} {
+		if got := runID(in); got != want {
+			t.Errorf("runID(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -91,7 +91,33 @@ func (c *redisClient) dial(deadline time.Time, loadScript bool) (*rconn, error) 
 	if id, err := redis.Int64(reply, err); err == nil && id > 0 {
 		cn.id = id
 	}
+	// The server process's run_id (INFO server), which a restart
+	// changes: unknown ("") without +info, and then CLIENT ID tells.
+	reply, err = conn.Do("INFO", "server")
+	if err != nil && !isErrorReply(err) {
+		_ = raw.Close()
+		return nil, fmt.Errorf("dialing redis %q: reading the server's run id: %w", c.set.addr, err)
+	}
+	if info, err := redis.String(reply, err); err == nil {
+		cn.run = runID(info)
+	}
 	return cn, nil
+}
+
+// runID returns the run_id field of an INFO reply: 40 hexadecimal
+// characters, or "" when there is none such.
+func runID(info string) string {
+	i := strings.Index(info, "\nrun_id:")
+	if i < 0 || len(info) < i+8+40 {
+		return ""
+	}
+	id := info[i+8 : i+8+40]
+	for j := 0; j < len(id); j++ {
+		if c := id[j]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return ""
+		}
+	}
+	return id
 }
 
 // isErrorReply reports an error redigo made of an error reply (NOPERM,

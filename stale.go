@@ -21,12 +21,15 @@ package tollgate
 //
 // Exactly once. A call that may have run is never run again: a check
 // written whole to a connection that then failed (a reset, EOF, a
-// timeout) fails, and the failure policy decides the request. A call that
-// cannot have run is tried once more, on a good connection: its write
-// failed (Redis never read it whole: errWrite), or the connection was
-// dead before it was written (errNotSent). (Redis may run a call and
-// lose the connection before its reply is written, when another client
-// kills it in the same event-loop turn; such a call is not retried.)
+// timeout) fails, and the failure policy decides the request, unless a
+// connection dialled then reaches another Redis process (another run_id,
+// or without +info a lower CLIENT ID: restarted), whose state never saw
+// the call. A call that cannot have run is tried once more, on a good
+// connection: its write failed (Redis never read it whole: errWrite), or
+// the connection was dead before it was written (errNotSent). (Redis may
+// run a call and lose the connection before its reply is written, when
+// another client kills it in the same event-loop turn; such a call is not
+// retried.)
 
 import (
 	"sync/atomic"
@@ -244,6 +247,17 @@ func replyFault(err error) bool {
 		err == errTimeout || isTimeout(err)
 }
 
+// restarted reports whether next, dialled after lost ended, reaches
+// another Redis process than lost did: another run_id, or without run ids
+// a lower CLIENT ID (IDs grow with every connection a process accepts).
+// Unknown is not restarted.
+func restarted(lost, next *rconn) bool {
+	if lost.run != "" && next.run != "" {
+		return lost.run != next.run
+	}
+	return lost.id > 0 && next.id > 0 && next.id < lost.id
+}
+
 // lostUnder reports an error of a connection that ended with the call
 // written to it: Redis may have run the call, unless Redis itself
 // restarted.
@@ -268,13 +282,13 @@ func (c *redisClient) retry(cn *rconn, cl *call, err error, pre *call, prefix []
 	}
 	var notBefore int64
 	if !neverSent(err) {
-		if !lostUnder(err) || cn.id == 0 {
+		if !lostUnder(err) || cn.id == 0 && cn.run == "" {
 			return cl, err
 		}
 		notBefore = c.mono() // a connection to the Redis there is now
 	}
 	next, perr := c.pick(notBefore, timeout)
-	if perr != nil || notBefore != 0 && (next.id == 0 || next.id >= cn.id) {
+	if perr != nil || notBefore != 0 && !restarted(cn, next) {
 		return cl, err // the same Redis (or unknown): it may have run the call
 	}
 	if pre != nil {

@@ -102,6 +102,7 @@ type rconn struct {
 	born      int64         // monotonic ns when it joined the pool
 	epoch     int64         // the pool's epoch when it last proved good (guarded by the pool's mu; stale.go)
 	id        int64         // its CLIENT ID; 0: unknown (set before it joins the pool)
+	run       string        // its server's run_id; "": unknown (set before it joins the pool)
 }
 
 // call is one request on a connection and, once done, its reply line (a
