@@ -67,6 +67,7 @@ type exchanger struct {
 	key   string
 	own   *backend
 	peers []*backend
+	id    string // the lease's holder: this exchanger's, not the process's
 
 	mu sync.Mutex // guards rs
 	rs *regionSettings
@@ -108,7 +109,7 @@ func (r *registry) exchangerFor(rs *regionSettings, own *backend) (*exchanger, e
 	defer r.regionsMu.Unlock()
 	x, ok := r.regions[rs.key]
 	if !ok {
-		x = &exchanger{key: rs.key, own: own}
+		x = &exchanger{key: rs.key, own: own, id: newInstanceID()}
 		for _, p := range rs.peers {
 			b, err := r.backend(p.redis)
 			if err != nil {
@@ -228,6 +229,8 @@ func (x *exchanger) flush(rs *regionSettings) {
 
 // lead reports whether this pod leads the region's exchange this
 // interval: it takes the lease (SET NX), or renews it when it holds it.
+// The holder is the exchanger (x.id), so that two exchangers of a region
+// in one process (its Redis written two ways) contend like two pods.
 // Plain commands, not a script (side.go); a lease that lapses between the
 // GET and the PEXPIRE at worst lets two pods exchange for an interval:
 // each still grows shares only into what the peers published, and the
@@ -235,10 +238,10 @@ func (x *exchanger) flush(rs *regionSettings) {
 func (x *exchanger) lead(rs *regionSettings) bool {
 	k := leadKey(rs.name)
 	ttl := strconv.FormatInt(int64(2*rs.interval/time.Millisecond), 10)
-	b := appendCommand(nil, "SET", k, instanceID, "NX", "PX", ttl)
+	b := appendCommand(nil, "SET", k, x.id, "NX", "PX", ttl)
 	b = appendCommand(b, "GET", k)
 	r, err := x.own.sideDo(k, b, 2)
-	if err != nil || len(r[1]) != 1 || r[1][0] != instanceID {
+	if err != nil || len(r[1]) != 1 || r[1][0] != x.id {
 		return false
 	}
 	if len(r[0]) == 1 && r[0][0] == "OK" {
