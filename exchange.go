@@ -83,6 +83,7 @@ type exchanger struct {
 	leadAt   int64 // monotonic ns of that exchange
 	tracked  map[string]*keyShares
 	views    []peerView
+	reading  []int32 // by peer, 1 while a read of its report is out (atomic)
 
 	// Counters, for the metrics (atomic).
 	leading     int32
@@ -321,23 +322,32 @@ func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
 
 // hearPeers reads the peers' reports at once, waiting at most half an
 // interval (a peer that does not answer by then counts as unread this
-// time; its read ends within its own timeout), and returns the longest
+// time; its read ends within its own timeout, and until it does no other
+// read of that peer starts: the peer counts as unread, so that a silent
+// peer holds one goroutine whatever the interval), and returns the longest
 // silence among them, in whole intervals: since its report last changed,
 // or since it last acknowledged one of ours, measured on the monotonic
 // clock (a wall clock stepped back hides no silence).
 func (x *exchanger) hearPeers(rs *regionSettings, slot, now int64) int {
 	reps := make([]*report, len(rs.peers))
+	if len(x.reading) != len(rs.peers) {
+		x.reading = make([]int32, len(rs.peers))
+	}
 	read := make(chan peerRead, len(rs.peers)) // buffered: a late read never blocks
+	out := 0
 	for i, p := range rs.peers {
-		go x.readPeerInto(read, i, p.name)
+		if atomic.CompareAndSwapInt32(&x.reading[i], 0, 1) {
+			go x.readPeerInto(read, &x.reading[i], i, p.name)
+			out++
+		}
 	}
 	wait := time.NewTimer(rs.interval / 2)
-	for got := 0; got < len(rs.peers); got++ {
+	for got := 0; got < out; got++ {
 		select {
 		case r := <-read:
 			reps[r.i] = r.rep
 		case <-wait.C:
-			got = len(rs.peers)
+			got = out
 		}
 	}
 	wait.Stop()
@@ -501,11 +511,13 @@ type peerRead struct {
 	rep *report
 }
 
-// readPeerInto sends readPeer's report of peer i on read.
-func (x *exchanger) readPeerInto(read chan<- peerRead, i int, name string) {
+// readPeerInto sends readPeer's report of peer i on read, then clears
+// reading.
+func (x *exchanger) readPeerInto(read chan<- peerRead, reading *int32, i int, name string) {
 	var rep *report
 	defer func() {
 		_ = recover()
+		atomic.StoreInt32(reading, 0)
 		read <- peerRead{i, rep}
 	}()
 	rep = x.readPeer(i, name)
