@@ -306,18 +306,28 @@ func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
 			shrink = append(shrink, op)
 		}
 	}
-	atomic.StoreInt64(&x.trackedN, int64(len(x.tracked)))
-	// Shrink, publish, grow.
-	if err := x.writeShares(shrink); err != nil {
-		return false
+	// Shrink, publish, grow. A shrink not written is published at the
+	// share it still is (unapplied); any write not done fails the
+	// exchange (its metric), though the report goes out.
+	ok := true
+	for i, done := range x.writeShares(shrink) {
+		if !done {
+			ok = false
+			x.unapplied(rs, rep, shrink[i])
+		}
 	}
+	atomic.StoreInt64(&x.trackedN, int64(len(x.tracked)))
 	body := encodeReport(rep)
 	atomic.StoreInt64(&x.reportBytes, int64(len(body)))
 	rk := reportKeyOf(rs.name)
-	if _, err := x.own.sideDo(rk, appendCommand(nil, "SET", rk, string(body), "PX", strconv.FormatInt(int64(shrinkTTLSteps*rs.interval/time.Millisecond), 10)), 1); err != nil {
-		return false
+	r, err := x.own.sideDo(rk, appendCommand(nil, "SET", rk, string(body), "PX", strconv.FormatInt(int64(shrinkTTLSteps*rs.interval/time.Millisecond), 10)), 1)
+	if err != nil || len(r[0]) != 1 || r[0][0] != "OK" {
+		return false // no share grows unpublished
 	}
-	return x.writeShares(grow) == nil
+	for _, done := range x.writeShares(grow) {
+		ok = ok && done
+	}
+	return ok
 }
 
 // hearPeers reads the peers' reports at once, waiting at most half an
@@ -469,7 +479,7 @@ func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, 
 	if retiring && silent <= holdSteps {
 		next = retireShare(rs, ks, was, silent)
 	}
-	op := shareOp{key: shareKey(k), share: next, ttlMS: int64(shrinkTTLSteps * rs.interval / time.Millisecond)}
+	op := shareOp{key: shareKey(k), share: next, ttlMS: int64(shrinkTTLSteps * rs.interval / time.Millisecond), bucket: k, was: was, ks: ks}
 	if next > rs.static {
 		op.ttlMS = int64(growTTLSteps * rs.interval / time.Millisecond)
 	}
@@ -587,93 +597,4 @@ func (x *exchanger) candidates(rs *regionSettings, hot map[string]float64, silen
 		keys = append(keys, m.k)
 	}
 	return keys
-}
-
-// readCounts reads, beside each key's bucket, the demand counted (tokens
-// since the last exchange; -1 when what is there is not a count) and the
-// limit's rate (tokens per second, written by the script), node by node.
-func (x *exchanger) readCounts(keys []string) (map[string]int64, map[string]float64, error) {
-	counts := make(map[string]int64, len(keys))
-	rates := make(map[string]float64, len(keys))
-	byNode := map[*redisClient][]string{}
-	for _, k := range keys {
-		if c := x.own.nodeFor(k); c != nil {
-			byNode[c] = append(byNode[c], k)
-		}
-	}
-	for c, ks := range byNode {
-		var b []byte
-		for _, k := range ks {
-			b = appendCommand(b, "HMGET", shareKey(k), "n", "g")
-		}
-		r, err := c.sideRun(b, len(ks))
-		if err != nil {
-			return nil, nil, err
-		}
-		for i, k := range ks {
-			if len(r[i]) != 2 {
-				continue // absent (no hash yet), or an error reply
-			}
-			if r[i][0] != "" {
-				n, err := strconv.ParseInt(r[i][0], 10, 64)
-				if err != nil || n < 0 {
-					n = -1
-				}
-				counts[k] = n
-			}
-			if g, err := strconv.ParseFloat(r[i][1], 64); err == nil && g > 0 && g < 1e12 {
-				rates[k] = g
-			}
-		}
-	}
-	return counts, rates, nil
-}
-
-// shareOp is one write of a key's share: the tokens read are taken off its
-// counter; share 0 deletes the hash (the key is back to static).
-type shareOp struct {
-	key   string
-	share int64
-	taken int64
-	ttlMS int64
-}
-
-// writeShares applies ops, node by node.
-func (x *exchanger) writeShares(ops []shareOp) error {
-	byNode := map[*redisClient][]byte{}
-	count := map[*redisClient]int{}
-	for _, op := range ops {
-		c := x.own.nodeFor(op.key)
-		if c == nil {
-			continue
-		}
-		b := byNode[c]
-		if op.share == 0 { // back to static from above it: the hash goes
-			b = appendCommand(b, "DEL", op.key)
-			count[c]++
-		} else {
-			if op.taken > 0 {
-				b = appendCommand(b, "HINCRBY", op.key, "n", strconv.FormatInt(-op.taken, 10))
-				count[c]++
-			} else if op.taken < 0 { // not a count: counting starts again
-				b = appendCommand(b, "HSET", op.key, "n", "0")
-				count[c]++
-			}
-			b = appendCommand(b, "HSET", op.key, "s", strconv.FormatInt(op.share, 10))
-			b = appendCommand(b, "PEXPIRE", op.key, strconv.FormatInt(op.ttlMS, 10))
-			count[c] += 2
-		}
-		byNode[c] = b
-	}
-	// Each node's writes in one transaction, so that a share never lives
-	// without its expiry (a connection lost between HSET and PEXPIRE). A
-	// write a node refuses (MOVED while slots move; another type at the
-	// key) leaves that key as it was, until the next interval.
-	for c, b := range byNode {
-		tx := append(appendCommand(nil, "MULTI"), b...)
-		if _, err := c.sideRun(appendCommand(tx, "EXEC"), count[c]+2); err != nil {
-			return err
-		}
-	}
-	return nil
 }
