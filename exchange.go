@@ -83,7 +83,8 @@ type exchanger struct {
 	leadAt   int64 // monotonic ns of that exchange
 	tracked  map[string]*keyShares
 	views    []peerView
-	reading  []int32 // by peer, 1 while a read of its report is out (atomic)
+	sent     []sentReport // the last reports published (acks.go)
+	reading  []int32      // by peer, 1 while a read of its report is out (atomic)
 
 	// Counters, for the metrics (atomic).
 	leading     int32
@@ -265,6 +266,7 @@ func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
 			// in a new leader's first exchange.
 			x.views[i] = peerView{heard: now - (healthySteps+1)*iv, acked: now - (healthySteps+1)*iv}
 		}
+		x.sent = nil
 		x.restore(rs)
 	} else if d := now - x.leadAt; d > 0 && d < 10*iv {
 		elapsed = float64(d) / 1e9
@@ -324,6 +326,7 @@ func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
 	if err != nil || len(r[0]) != 1 || r[0][0] != "OK" {
 		return false // no share grows unpublished
 	}
+	x.remember(rs, body)
 	for _, done := range x.writeShares(grow) {
 		ok = ok && done
 	}
@@ -371,7 +374,7 @@ func (x *exchanger) hearPeers(rs *regionSettings, slot, now int64) int {
 			if v.rep != nil && rep.seq != v.rep.seq {
 				v.heard = now
 			}
-			if a, ok := rep.acks[rs.name]; ok && a >= slot-ackSteps && a <= slot {
+			if a, ok := rep.acks[rs.name]; ok && a >= slot-ackSteps && a <= slot && x.sentAt(a) != nil {
 				v.acked = now
 			}
 			v.rep = rep
@@ -429,10 +432,11 @@ func (x *exchanger) takeHot(rs *regionSettings) (hot, fresh map[string]float64, 
 func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, rate float64, hotHere bool, slot int64, silent int) (shareOp, bool) {
 	ks := x.tracked[k]
 	if ks == nil {
-		ks = &keyShares{demand: asked, pressed: slot}
+		ks = &keyShares{demand: asked, pressed: slot, unmeasured: !hotHere}
 		x.tracked[k] = ks
 	} else {
 		ks.demand = demandWeight*asked + (1-demandWeight)*ks.demand
+		ks.unmeasured = false
 	}
 	if ks.demand < 1e-3 {
 		ks.demand = 0
@@ -440,16 +444,20 @@ func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, 
 	ks.peerD = make([]float64, len(rs.peers))
 	ks.peerPub = make([]int64, len(rs.peers))
 	othersStatic := true
-	// The limit's rate: as the script here wrote it, else as a peer's
-	// did (a region with no traffic for the key has not charged it).
+	// The limit's rate: as the script here wrote it, else the least a
+	// peer says (a region with no traffic for the key has not charged
+	// it; a rate only peers gave never cuts this region's guarantee).
 	if rate > 0 {
-		ks.rate = rate
+		ks.rate, ks.ownRate = rate, true
 	}
 	for i := range rs.peers {
-		if v := x.views[i].rep; v != nil && ks.rate == 0 {
-			ks.rate = v.keys[k].rate
+		if v := x.views[i].rep; v != nil && !ks.ownRate {
+			if g := v.keys[k].rate; g > 0 && (g < ks.rate || ks.rate == 0) {
+				ks.rate = g
+			}
 		}
 	}
+	ks.reserved = x.reservedFor(rs, k)
 	// Retiring, so that the static split serves the key again: it did
 	// not press here in this interval, and every region asks for at most
 	// half its static share of the rate; or for at most its static share,
@@ -483,10 +491,12 @@ func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, 
 	if next > rs.static {
 		op.ttlMS = int64(growTTLSteps * rs.interval / time.Millisecond)
 	}
-	if next == rs.static && othersStatic && !hotHere && (ks.demand == 0 || retiring) {
-		// Untracked. Back to static from above, the hash goes; from
-		// below, it says static until it lapses, so that the bucket's
-		// next charge sees its share grow and keeps its tokens.
+	if next == rs.static && othersStatic && !hotHere && !ks.unmeasured && (ks.demand == 0 || retiring) {
+		// Untracked (not while its demand here is not counted yet: its
+		// hash is written, so that the script counts it). Back to static
+		// from above, the hash goes; from below, it says static until it
+		// lapses, so that the bucket's next charge sees its share grow and
+		// keeps its tokens.
 		if was >= rs.static {
 			op.share = 0
 		}
@@ -511,8 +521,9 @@ func (x *exchanger) restore(rs *regionSettings) {
 		return
 	}
 	for k, v := range rep.keys {
-		x.tracked[k] = &keyShares{demand: v.demand, share: v.share}
+		x.tracked[k] = &keyShares{demand: v.demand, share: v.share, rate: v.rate}
 	}
+	x.remember(rs, []byte(r[0][0]))
 }
 
 // peerRead is peer i's report, or nil.
