@@ -24,6 +24,10 @@ package tollgate
 //     that shrink, write this region's report to its own Redis, apply
 //     those that grow.
 //
+// The parts: the peers' reports and acks (peers.go), the keys decided
+// (exchangekeys.go), the share model (shares.go), the reads and writes
+// beside the buckets (sharewrites.go).
+//
 // Per interval a region sends each peer one GET, and each peer's report
 // is at most maxReportBytes: cross-region traffic grows with the keys that
 // press, never with requests.
@@ -35,9 +39,7 @@ package tollgate
 // region must still give up its share of a key hot elsewhere.
 
 import (
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +69,7 @@ type exchanger struct {
 	key   string
 	own   *backend
 	peers []*backend
+	id    string // the lease's holder: this exchanger's, not the process's
 
 	mu sync.Mutex // guards rs
 	rs *regionSettings
@@ -82,6 +85,8 @@ type exchanger struct {
 	leadAt   int64 // monotonic ns of that exchange
 	tracked  map[string]*keyShares
 	views    []peerView
+	sent     []sentReport // the last reports published (peers.go)
+	reading  []int32      // by peer, 1 while a read of its report is out (atomic)
 
 	// Counters, for the metrics (atomic).
 	leading     int32
@@ -108,7 +113,7 @@ func (r *registry) exchangerFor(rs *regionSettings, own *backend) (*exchanger, e
 	defer r.regionsMu.Unlock()
 	x, ok := r.regions[rs.key]
 	if !ok {
-		x = &exchanger{key: rs.key, own: own}
+		x = &exchanger{key: rs.key, own: own, id: newInstanceID()}
 		for _, p := range rs.peers {
 			b, err := r.backend(p.redis)
 			if err != nil {
@@ -228,6 +233,8 @@ func (x *exchanger) flush(rs *regionSettings) {
 
 // lead reports whether this pod leads the region's exchange this
 // interval: it takes the lease (SET NX), or renews it when it holds it.
+// The holder is the exchanger (x.id), so that two exchangers of a region
+// in one process (its Redis written two ways) contend like two pods.
 // Plain commands, not a script (side.go); a lease that lapses between the
 // GET and the PEXPIRE at worst lets two pods exchange for an interval:
 // each still grows shares only into what the peers published, and the
@@ -235,10 +242,10 @@ func (x *exchanger) flush(rs *regionSettings) {
 func (x *exchanger) lead(rs *regionSettings) bool {
 	k := leadKey(rs.name)
 	ttl := strconv.FormatInt(int64(2*rs.interval/time.Millisecond), 10)
-	b := appendCommand(nil, "SET", k, instanceID, "NX", "PX", ttl)
+	b := appendCommand(nil, "SET", k, x.id, "NX", "PX", ttl)
 	b = appendCommand(b, "GET", k)
 	r, err := x.own.sideDo(k, b, 2)
-	if err != nil || len(r[1]) != 1 || r[1][0] != instanceID {
+	if err != nil || len(r[1]) != 1 || r[1][0] != x.id {
 		return false
 	}
 	if len(r[0]) == 1 && r[0][0] == "OK" {
@@ -261,6 +268,7 @@ func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
 			// in a new leader's first exchange.
 			x.views[i] = peerView{heard: now - (healthySteps+1)*iv, acked: now - (healthySteps+1)*iv}
 		}
+		x.sent = nil
 		x.restore(rs)
 	} else if d := now - x.leadAt; d > 0 && d < 10*iv {
 		elapsed = float64(d) / 1e9
@@ -302,363 +310,27 @@ func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
 			shrink = append(shrink, op)
 		}
 	}
-	atomic.StoreInt64(&x.trackedN, int64(len(x.tracked)))
-	// Shrink, publish, grow.
-	if err := x.writeShares(shrink); err != nil {
-		return false
+	// Shrink, publish, grow. A shrink not written is published at the
+	// share it still is (unapplied); any write not done fails the
+	// exchange (its metric), though the report goes out.
+	ok := true
+	for i, done := range x.writeShares(shrink) {
+		if !done {
+			ok = false
+			x.unapplied(rs, rep, shrink[i])
+		}
 	}
+	atomic.StoreInt64(&x.trackedN, int64(len(x.tracked)))
 	body := encodeReport(rep)
 	atomic.StoreInt64(&x.reportBytes, int64(len(body)))
 	rk := reportKeyOf(rs.name)
-	if _, err := x.own.sideDo(rk, appendCommand(nil, "SET", rk, string(body), "PX", strconv.FormatInt(int64(shrinkTTLSteps*rs.interval/time.Millisecond), 10)), 1); err != nil {
-		return false
+	r, err := x.own.sideDo(rk, appendCommand(nil, "SET", rk, string(body), "PX", strconv.FormatInt(int64(shrinkTTLSteps*rs.interval/time.Millisecond), 10)), 1)
+	if err != nil || len(r[0]) != 1 || r[0][0] != "OK" {
+		return false // no share grows unpublished
 	}
-	return x.writeShares(grow) == nil
-}
-
-// hearPeers reads the peers' reports at once, waiting at most half an
-// interval (a peer that does not answer by then counts as unread this
-// time; its read ends within its own timeout), and returns the longest
-// silence among them, in whole intervals: since its report last changed,
-// or since it last acknowledged one of ours, measured on the monotonic
-// clock (a wall clock stepped back hides no silence).
-func (x *exchanger) hearPeers(rs *regionSettings, slot, now int64) int {
-	reps := make([]*report, len(rs.peers))
-	read := make(chan peerRead, len(rs.peers)) // buffered: a late read never blocks
-	for i, p := range rs.peers {
-		go x.readPeerInto(read, i, p.name)
+	x.remember(rs, body)
+	for _, done := range x.writeShares(grow) {
+		ok = ok && done
 	}
-	wait := time.NewTimer(rs.interval / 2)
-	for got := 0; got < len(rs.peers); got++ {
-		select {
-		case r := <-read:
-			reps[r.i] = r.rep
-		case <-wait.C:
-			got = len(rs.peers)
-		}
-	}
-	wait.Stop()
-	silent := 0
-	for i := range rs.peers {
-		rep := reps[i]
-		v := &x.views[i]
-		if rep != nil {
-			v.readAt = now
-			atomic.StoreInt32(&x.peerUp[i], 1)
-			if v.rep != nil && rep.seq != v.rep.seq {
-				v.heard = now
-			}
-			if a, ok := rep.acks[rs.name]; ok && a >= slot-ackSteps && a <= slot {
-				v.acked = now
-			}
-			v.rep = rep
-		} else {
-			atomic.StoreInt32(&x.peerUp[i], 0)
-		}
-		last := v.heard
-		if v.acked < last {
-			last = v.acked
-		}
-		if s := int((now - last) / int64(rs.interval)); s > silent {
-			silent = s
-		}
-	}
-	return silent
-}
-
-// takeHot takes the region's hot hash: renamed aside, read and deleted,
-// while the pods' next notes start a new one. At most maxHotRead fields
-// are read (a random sample of a bigger hash: many pods, or a flood of
-// client keys, cost some keys an interval, never the exchange). hot holds
-// every key noted, with the tokens refused from the pods' memory; fresh
-// the tokens Redis decided.
-func (x *exchanger) takeHot(rs *regionSettings) (hot, fresh map[string]float64, err error) {
-	hk := hotKey(rs.name)
-	taking := hk + ":taking"
-	b := appendCommand(nil, "RENAME", hk, taking)
-	b = appendCommand(b, "HRANDFIELD", taking, strconv.Itoa(maxHotRead), "WITHVALUES")
-	b = appendCommand(b, "DEL", taking)
-	r, err := x.own.sideDo(hk, b, 3)
-	if err != nil {
-		return nil, nil, err
-	}
-	hot, fresh = map[string]float64{}, map[string]float64{}
-	pairs := r[1]
-	for i := 0; i+1 < len(pairs); i += 2 {
-		k, into := pairs[i], hot
-		if strings.HasSuffix(k, freshSuffix) {
-			k, into = k[:len(k)-len(freshSuffix)], fresh
-		}
-		if n, err := strconv.ParseFloat(pairs[i+1], 64); err == nil && n >= 0 && n < 1e15 && bucketKeyOK(k) {
-			into[k] += n
-			if _, ok := hot[k]; !ok {
-				hot[k] = 0 // every key noted is a candidate
-			}
-		}
-	}
-	return hot, fresh, nil
-}
-
-// decideKey moves key k's state with the demand asked here this interval
-// (tokens per second) and the limit's rate (0: unknown), adds it to rep
-// unless it is no longer tracked, and returns the write of its share and
-// whether it grows.
-func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, rate float64, hotHere bool, slot int64, silent int) (shareOp, bool) {
-	ks := x.tracked[k]
-	if ks == nil {
-		ks = &keyShares{demand: asked, pressed: slot}
-		x.tracked[k] = ks
-	} else {
-		ks.demand = demandWeight*asked + (1-demandWeight)*ks.demand
-	}
-	if ks.demand < 1e-3 {
-		ks.demand = 0
-	}
-	ks.peerD = make([]float64, len(rs.peers))
-	ks.peerPub = make([]int64, len(rs.peers))
-	othersStatic := true
-	// The limit's rate: as the script here wrote it, else as a peer's
-	// did (a region with no traffic for the key has not charged it).
-	if rate > 0 {
-		ks.rate = rate
-	}
-	for i := range rs.peers {
-		if v := x.views[i].rep; v != nil && ks.rate == 0 {
-			ks.rate = v.keys[k].rate
-		}
-	}
-	// Retiring, so that the static split serves the key again: it did
-	// not press here in this interval, and every region asks for at most
-	// half its static share of the rate; or for at most its static share,
-	// when it has not pressed here for retireQuiet intervals.
-	if hotHere || ks.pressed == 0 { // pressing, or taken over from the region's report
-		ks.pressed = slot
-	}
-	below := retireBelow
-	if slot-ks.pressed >= retireQuiet {
-		below = 1
-	}
-	retiring := !hotHere && ks.rate > 0 && ks.demand <= below*float64(rs.static)/ppm*ks.rate
-	for i, p := range rs.peers {
-		if v := x.views[i].rep; v != nil {
-			if pk, ok := v.keys[k]; ok {
-				ks.peerD[i], ks.peerPub[i] = pk.demand, pk.share
-				othersStatic = othersStatic && pk.share == p.static
-				retiring = retiring && pk.demand <= below*float64(p.static)/ppm*ks.rate
-			}
-		}
-	}
-	was := ks.share
-	if was == 0 {
-		was = rs.static
-	}
-	next := nextShare(rs, ks, silent)
-	if retiring && silent <= holdSteps {
-		next = retireShare(rs, ks, was, silent)
-	}
-	op := shareOp{key: shareKey(k), share: next, ttlMS: int64(shrinkTTLSteps * rs.interval / time.Millisecond)}
-	if next > rs.static {
-		op.ttlMS = int64(growTTLSteps * rs.interval / time.Millisecond)
-	}
-	if next == rs.static && othersStatic && !hotHere && (ks.demand == 0 || retiring) {
-		// Untracked. Back to static from above, the hash goes; from
-		// below, it says static until it lapses, so that the bucket's
-		// next charge sees its share grow and keeps its tokens.
-		if was >= rs.static {
-			op.share = 0
-		}
-		delete(x.tracked, k)
-	} else {
-		ks.share = next
-		rep.keys[k] = reportKey{demand: ks.demand, share: next, rate: ks.rate}
-	}
-	return op, next > was
-}
-
-// restore takes over the region's tracked keys from its own report, when
-// this pod becomes the leader.
-func (x *exchanger) restore(rs *regionSettings) {
-	rk := reportKeyOf(rs.name)
-	r, err := x.own.sideDo(rk, appendCommand(nil, "GET", rk), 1)
-	if err != nil || len(r[0]) != 1 {
-		return
-	}
-	rep, err := parseReport([]byte(r[0][0]))
-	if err != nil || rep.region != rs.name {
-		return
-	}
-	for k, v := range rep.keys {
-		x.tracked[k] = &keyShares{demand: v.demand, share: v.share}
-	}
-}
-
-// peerRead is peer i's report, or nil.
-type peerRead struct {
-	i   int
-	rep *report
-}
-
-// readPeerInto sends readPeer's report of peer i on read.
-func (x *exchanger) readPeerInto(read chan<- peerRead, i int, name string) {
-	var rep *report
-	defer func() {
-		_ = recover()
-		read <- peerRead{i, rep}
-	}()
-	rep = x.readPeer(i, name)
-}
-
-// readPeer reads peer i's report from its Redis; nil when it cannot be
-// read or is malformed.
-func (x *exchanger) readPeer(i int, name string) *report {
-	rk := reportKeyOf(name)
-	r, err := x.peers[i].sideDo(rk, appendCommand(nil, "GET", rk), 1)
-	if err != nil || len(r[0]) != 1 {
-		return nil
-	}
-	rep, err := parseReport([]byte(r[0][0]))
-	if err != nil || rep.region != name {
-		return nil
-	}
-	return rep
-}
-
-// candidates are the keys this exchange decides: those tracked, then those
-// that pressed here (most tokens first), then those the peers heard from
-// list (most demand first), at most maxTracked. When every share is to be
-// static (silent past staticSteps) they are the tracked keys alone.
-func (x *exchanger) candidates(rs *regionSettings, hot map[string]float64, silent int) []string {
-	keys := make([]string, 0, len(x.tracked))
-	seen := map[string]bool{}
-	for k := range x.tracked {
-		keys = append(keys, k)
-		seen[k] = true
-	}
-	sort.Strings(keys)
-	if silent > staticSteps {
-		return keys
-	}
-	type weighted struct {
-		k string
-		w float64
-	}
-	var more []weighted
-	for k, n := range hot {
-		if !seen[k] {
-			more = append(more, weighted{k, n + 1e12}) // before the peers'
-			seen[k] = true
-		}
-	}
-	for i := range rs.peers {
-		if v := x.views[i].rep; v != nil {
-			for k, pk := range v.keys {
-				if !seen[k] {
-					more = append(more, weighted{k, pk.demand})
-					seen[k] = true
-				}
-			}
-		}
-	}
-	sort.Slice(more, func(i, j int) bool {
-		if more[i].w != more[j].w {
-			return more[i].w > more[j].w
-		}
-		return more[i].k < more[j].k
-	})
-	for _, m := range more {
-		if len(keys) >= maxTracked {
-			break
-		}
-		keys = append(keys, m.k)
-	}
-	return keys
-}
-
-// readCounts reads, beside each key's bucket, the demand counted (tokens
-// since the last exchange; -1 when what is there is not a count) and the
-// limit's rate (tokens per second, written by the script), node by node.
-func (x *exchanger) readCounts(keys []string) (map[string]int64, map[string]float64, error) {
-	counts := make(map[string]int64, len(keys))
-	rates := make(map[string]float64, len(keys))
-	byNode := map[*redisClient][]string{}
-	for _, k := range keys {
-		if c := x.own.nodeFor(k); c != nil {
-			byNode[c] = append(byNode[c], k)
-		}
-	}
-	for c, ks := range byNode {
-		var b []byte
-		for _, k := range ks {
-			b = appendCommand(b, "HMGET", shareKey(k), "n", "g")
-		}
-		r, err := c.sideRun(b, len(ks))
-		if err != nil {
-			return nil, nil, err
-		}
-		for i, k := range ks {
-			if len(r[i]) != 2 {
-				continue // absent (no hash yet), or an error reply
-			}
-			if r[i][0] != "" {
-				n, err := strconv.ParseInt(r[i][0], 10, 64)
-				if err != nil || n < 0 {
-					n = -1
-				}
-				counts[k] = n
-			}
-			if g, err := strconv.ParseFloat(r[i][1], 64); err == nil && g > 0 && g < 1e12 {
-				rates[k] = g
-			}
-		}
-	}
-	return counts, rates, nil
-}
-
-// shareOp is one write of a key's share: the tokens read are taken off its
-// counter; share 0 deletes the hash (the key is back to static).
-type shareOp struct {
-	key   string
-	share int64
-	taken int64
-	ttlMS int64
-}
-
-// writeShares applies ops, node by node.
-func (x *exchanger) writeShares(ops []shareOp) error {
-	byNode := map[*redisClient][]byte{}
-	count := map[*redisClient]int{}
-	for _, op := range ops {
-		c := x.own.nodeFor(op.key)
-		if c == nil {
-			continue
-		}
-		b := byNode[c]
-		if op.share == 0 { // back to static from above it: the hash goes
-			b = appendCommand(b, "DEL", op.key)
-			count[c]++
-		} else {
-			if op.taken > 0 {
-				b = appendCommand(b, "HINCRBY", op.key, "n", strconv.FormatInt(-op.taken, 10))
-				count[c]++
-			} else if op.taken < 0 { // not a count: counting starts again
-				b = appendCommand(b, "HSET", op.key, "n", "0")
-				count[c]++
-			}
-			b = appendCommand(b, "HSET", op.key, "s", strconv.FormatInt(op.share, 10))
-			b = appendCommand(b, "PEXPIRE", op.key, strconv.FormatInt(op.ttlMS, 10))
-			count[c] += 2
-		}
-		byNode[c] = b
-	}
-	// Each node's writes in one transaction, so that a share never lives
-	// without its expiry (a connection lost between HSET and PEXPIRE). A
-	// write a node refuses (MOVED while slots move; another type at the
-	// key) leaves that key as it was, until the next interval.
-	for c, b := range byNode {
-		tx := append(appendCommand(nil, "MULTI"), b...)
-		if _, err := c.sideRun(appendCommand(tx, "EXEC"), count[c]+2); err != nil {
-			return err
-		}
-	}
-	return nil
+	return ok
 }

@@ -16,14 +16,17 @@ package tollgate
 //     bucket, in the hash <bucket>}s (s: share in parts per million; n:
 //     tokens asked since the exchange last read it, counted by the
 //     script), and moves with its demand.
-//   - A share's target is its region's floor (a tenth of the static share,
-//     so a client that moves region is served while shares follow) plus
-//     the rest of the limit in proportion to the regions' demand. A share
-//     shrinks to its target at once, and grows only into what the other
-//     regions published as theirs: at most 1 minus the sum of their
-//     published shares, so the shares of a key add up to at most 1 in
-//     steady state. A region publishes a share that grows before applying
-//     it, and applies one that shrinks before publishing it.
+//   - A share's target (shares.go) is what the region's demand needs of
+//     the limit, at least its floor (a tenth of the static share, so a
+//     client that moves region is served while shares follow) and at
+//     most its static share, plus a part of what the regions' needs leave.
+//     A share shrinks to its target at once (never below what its own
+//     demand needs, whatever a peer claims), and grows only into what the
+//     other regions claim: at most 1 minus the sum of their published
+//     shares (or their needs, when larger), so the shares of a key add up
+//     to at most 1 in steady state. A region publishes a share that grows
+//     before applying it, and applies one that shrinks before publishing
+//     it.
 //   - Losing a peer (its report stale, or it no longer acknowledges ours):
 //     shares stop growing; after hold (3 intervals of silence) a share above
 //     static falls to static; after 6, every share is static. The peer,
@@ -33,7 +36,6 @@ package tollgate
 import (
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -203,85 +205,6 @@ const (
 	// A peer must acknowledge one of our last ackSteps reports.
 	ackSteps = 4
 )
-
-// keyShares is what the exchange knows of one key: this region's demand
-// (tokens per second, averaged) and share, and each peer's, from its
-// report (share 0: the peer does not list it, so it holds its static).
-type keyShares struct {
-	demand  float64
-	share   int64 // ppm; 0: untracked (static)
-	peerD   []float64
-	peerPub []int64
-	rate    float64 // the limit's, tokens per second; 0: not known yet
-	pressed int64   // the slot it last pressed here (or was first seen)
-}
-
-// nextShare is a key's share after this exchange (ppm), given the
-// exchange's state: silent is the longest silence of a peer, in intervals
-// (0 when every peer was heard).
-func nextShare(rs *regionSettings, k *keyShares, silent int) int64 {
-	cur := k.share
-	if cur == 0 {
-		cur = rs.static
-	}
-	switch {
-	case silent > staticSteps:
-		return rs.static
-	case silent > holdSteps:
-		if cur > rs.static {
-			return rs.static
-		}
-		return cur
-	}
-	floors := rs.floor
-	total := k.demand
-	for i, p := range rs.peers {
-		floors += p.floor
-		total += k.peerD[i]
-	}
-	target := rs.static
-	if total > 0 {
-		target = rs.floor + int64(math.Round(float64(ppm-floors)*k.demand/total)) // capped by the room below
-	}
-	return bounded(rs, k, target, cur, silent)
-}
-
-// retireShare is nextShare for a key that no longer needs tracking: its
-// target is static.
-func retireShare(rs *regionSettings, k *keyShares, cur int64, silent int) int64 {
-	return bounded(rs, k, rs.static, cur, silent)
-}
-
-// bounded is the share a key moves to from cur towards target: at most
-// the room the peers' published shares leave, at least the floor, and no
-// higher than cur while a peer is unheard.
-func bounded(rs *regionSettings, k *keyShares, target, cur int64, silent int) int64 {
-	next := target
-	if room := roomFor(rs, k); next > room {
-		next = room
-	}
-	if next < rs.floor {
-		next = rs.floor
-	}
-	if next > cur && silent > healthySteps {
-		next = cur // a peer unheard: no share grows
-	}
-	return next
-}
-
-// roomFor is what the peers' published shares of k leave, ppm (a peer
-// that does not list k holds its static share).
-func roomFor(rs *regionSettings, k *keyShares) int64 {
-	room := int64(ppm)
-	for i, p := range rs.peers {
-		pub := k.peerPub[i]
-		if pub <= 0 {
-			pub = p.static
-		}
-		room -= pub
-	}
-	return room
-}
 
 // A report: what a region's exchange publishes in its own Redis for the
 // others to read, one line each, fields split by a space:
