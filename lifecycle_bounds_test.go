@@ -285,17 +285,17 @@ func TestRestartedTellsAnotherProcess(t *testing.T) {
 	b := strings.Repeat("b", 40)
 	for _, tc := range []struct {
 		desc       string
-		lost, next rconn
+		lost, next *rconn
 		want       bool
 	}{
-		{"same run_id, lower id", rconn{run: a, id: 9}, rconn{run: a, id: 2}, false},
-		{"another run_id, higher id", rconn{run: a, id: 2}, rconn{run: b, id: 9}, true},
-		{"no run_id, lower id", rconn{id: 9}, rconn{id: 2}, true},
-		{"no run_id, higher id", rconn{id: 2}, rconn{id: 9}, false},
-		{"nothing known", rconn{}, rconn{}, false},
-		{"one run_id unknown, id unknown", rconn{run: a}, rconn{id: 3}, false},
+		{"same run_id, lower id", &rconn{run: a, id: 9}, &rconn{run: a, id: 2}, false},
+		{"another run_id, higher id", &rconn{run: a, id: 2}, &rconn{run: b, id: 9}, true},
+		{"no run_id, lower id", &rconn{id: 9}, &rconn{id: 2}, true},
+		{"no run_id, higher id", &rconn{id: 2}, &rconn{id: 9}, false},
+		{"nothing known", &rconn{}, &rconn{}, false},
+		{"one run_id unknown, id unknown", &rconn{run: a}, &rconn{id: 3}, false},
 	} {
-		if got := restarted(&tc.lost, &tc.next); got != tc.want {
+		if got := restarted(tc.lost, tc.next); got != tc.want {
 			t.Errorf("%s: restarted = %v, want %v", tc.desc, got, tc.want)
 		}
 	}

@@ -142,7 +142,7 @@ func (x *exchanger) writeShares(ops []shareOp) []bool {
 				}
 			} else {
 				for j, v := range r[at+n+1] {
-					if isErrorReply(v) {
+					if isErrorValue(v) {
 						done[tx.ops[j]] = false
 					}
 				}
@@ -167,9 +167,9 @@ func txRan(r [][]string, n int) bool {
 	return len(r[n+1]) == n // not refused whole (EXECABORT, CROSSSLOT, MOVED), nor nil
 }
 
-// isErrorReply reports whether v, a reply read by readValues, is an error
+// isErrorValue reports whether v, a reply read by readValues, is an error
 // (an error's text, "-ERR ..."), not a negative integer.
-func isErrorReply(v string) bool {
+func isErrorValue(v string) bool {
 	return len(v) > 1 && v[0] == '-' && (v[1] < '0' || v[1] > '9')
 }
 
