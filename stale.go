@@ -108,7 +108,13 @@ func (c *redisClient) prove(cn *rconn, timeout time.Duration) error {
 	epoch := c.epoch
 	c.mu.Unlock()
 	cl := newCall()
-	err := cn.exchange(nil, cl, pingCmd, nil, nil, "", timeout, c.now)
+	// The PING has a write budget (10 timeouts, at least 50 ms), not the
+	// check's timeout: it proves a connection, and a busy pod that reads
+	// its PONG late must not send the check it guards to the fallback (the
+	// drills saw a 5 ms PING missed under a burst on 2 cores). A frozen
+	// Redis costs the first check after an idle spell that wait, once:
+	// then the connection goes stale and the pool silent.
+	err := cn.exchange(nil, cl, pingCmd, nil, nil, "", writeBudget(timeout), c.now)
 	if err == nil && string(cl.line) != pongReply {
 		err = errBadReply
 	}
