@@ -166,6 +166,19 @@ func TestSentinelSwitchLogQuotesOnce(t *testing.T) {
 // Bursts after events (each making every connection suspect): the pool
 // must stay within poolSize.
 func TestPoolStaysWithinPoolSizeAfterSuspicions(t *testing.T) {
+	burstsWithinPoolSize(t, 30, func(c *redisClient) { c.suspect() })
+}
+
+// The same with idle spells (proveAfter) instead of events.
+func TestPoolStaysWithinPoolSizeAfterIdleSpells(t *testing.T) {
+	burstsWithinPoolSize(t, 8, func(*redisClient) { time.Sleep(proveAfter + 50*time.Millisecond) })
+}
+
+// burstsWithinPoolSize runs rounds bursts of 64 concurrent checks on a
+// pool of 4, each after before, and fails the test if more than 4
+// connections are ever open or dialled.
+func burstsWithinPoolSize(t *testing.T, rounds int, before func(c *redisClient)) {
+	t.Helper()
 	s := startSlowPing(t, 5*time.Millisecond)
 	c, err := newRedisClient(redisSettings{addr: s.l.Addr().String(), timeout: 500 * time.Millisecond, poolSize: 4})
 	if err != nil {
@@ -175,8 +188,8 @@ func TestPoolStaysWithinPoolSizeAfterSuspicions(t *testing.T) {
 	waitConns(t, c, 1)
 	cmd := newCommand([]*policy{mustPolicy(t)}, 4)
 	most := 0
-	for round := 0; round < 30; round++ {
-		c.suspect()
+	for round := 0; round < rounds; round++ {
+		before(c)
 		var wg sync.WaitGroup
 		for i := 0; i < 64; i++ {
 			wg.Add(1)
@@ -193,39 +206,7 @@ func TestPoolStaysWithinPoolSizeAfterSuspicions(t *testing.T) {
 		}
 	}
 	if a := atomic.LoadInt64(&s.accepted); most > 4 || a > 4 {
-		t.Fatalf("poolSize 4: up to %d connections open, %d dialled in 30 bursts; want at most 4", most, a)
-	}
-}
-
-// The same with idle spells (proveAfter) instead of events.
-func TestPoolStaysWithinPoolSizeAfterIdleSpells(t *testing.T) {
-	s := startSlowPing(t, 5*time.Millisecond)
-	c, err := newRedisClient(redisSettings{addr: s.l.Addr().String(), timeout: 500 * time.Millisecond, poolSize: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.warm()
-	waitConns(t, c, 1)
-	cmd := newCommand([]*policy{mustPolicy(t)}, 4)
-	most := 0
-	for round := 0; round < 8; round++ {
-		time.Sleep(proveAfter + 50*time.Millisecond)
-		var wg sync.WaitGroup
-		for i := 0; i < 64; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				d := make([]int64, decisionLen(1))
-				_ = c.check(cmd, "abcd", d, 500*time.Millisecond)
-			}()
-		}
-		wg.Wait()
-		if n := c.openConns(); n > most {
-			most = n
-		}
-	}
-	if a := atomic.LoadInt64(&s.accepted); most > 4 || a > 4 {
-		t.Fatalf("poolSize 4: up to %d connections open, %d dialled in 8 bursts after idle spells; want at most 4", most, a)
+		t.Fatalf("poolSize 4: up to %d connections open, %d dialled in %d bursts; want at most 4", most, a, rounds)
 	}
 }
 
