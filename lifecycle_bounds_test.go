@@ -171,7 +171,7 @@ func TestPoolStaysWithinPoolSizeAfterSuspicions(t *testing.T) {
 
 // The same with idle spells (proveAfter) instead of events.
 func TestPoolStaysWithinPoolSizeAfterIdleSpells(t *testing.T) {
-	burstsWithinPoolSize(t, 8, func(*redisClient) { time.Sleep(proveAfter + 50*time.Millisecond) })
+	burstsWithinPoolSize(t, 8, func(_ *redisClient) { time.Sleep(proveAfter + 50*time.Millisecond) })
 }
 
 // burstsWithinPoolSize runs rounds bursts of 64 concurrent checks on a
