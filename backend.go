@@ -5,7 +5,6 @@ package tollgate
 // it, and what is counted. Failure policy: fallback.go.
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log"
@@ -13,7 +12,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
+
+// watchIdle ends the prober after this long without checks.
+const watchIdle = time.Minute
 
 // errBreakerOpen is a check not sent: the breaker is open.
 var errBreakerOpen = errors.New("tollgate: redis circuit breaker open")
@@ -22,12 +27,11 @@ var errBreakerOpen = errors.New("tollgate: redis circuit breaker open")
 // or a Cluster) with its pools, breaker and counters. Safe for concurrent
 // use; counters are updated atomically. Times are monotonic ns (clock.go).
 type backend struct {
-	client  *redisClient  // standalone: the server's pool; nil otherwise
-	topo    topology      // sentinel and cluster: the nodes (topology.go)
+	rc      *redis.Client // the deployment (redisconn.go)
+	pool    *redis.Pool   // standalone: the server's pool (the hot path's); nil otherwise
 	base    redisSettings // the first New's: its mode, endpoints and credentials make the backend
-	tlsConf *tls.Config   // sentinel and cluster with TLS: for topology queries, naming no server
 	breaker *breaker
-	now     func() int64 // monotonic
+	now     func() int64 // monotonic (internal/clock)
 
 	setMu sync.Mutex
 	set   redisSettings // the latest New's, for what runs outside a check (dials, probes)
@@ -52,7 +56,7 @@ type backend struct {
 
 // check asks Redis, through the breaker, for decision d, with the caller's
 // timeout and breaker settings, and records the outcome (redisCheck).
-func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
+func (b *backend) check(cmd *redis.Command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
 	return redisCheck(b, cmd, key, d, o, hb)
 }
 
@@ -64,16 +68,20 @@ func (b *backend) check(cmd *command, key string, d []int64, o *redisSettings, h
 //
 // hb, when not nil, is the caller's class heartbeat: a successful check
 // starts one when it is due (heartbeat.go).
-func redisCheck(b *backend, cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
-	ns := int64(time.Since(processStart)) + monoOrigin // monotonic(), inlined
+func redisCheck(b *backend, cmd *redis.Command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
+	ns := int64(time.Since(clock.Start)) + clock.Origin // clock.Mono(), inlined
 	atomic.StoreInt64(&b.lastUsed, ns)
-	if b.client == nil || atomic.LoadInt64(&b.breaker.nextProbe) != 0 {
+	if b.pool == nil || atomic.LoadInt64(&b.breaker.nextProbe) != 0 {
 		if skipping(b, ns) {
 			return errBreakerOpen
 		}
 		return b.checkOther(cmd, key, d, o, hb, ns)
 	}
-	if err := poolCheck(b.client, cmd, key, d, o.timeout, ns); err != nil {
+	err := redis.PoolCheck(b.pool, cmd, key, d, o.timeout, ns)
+	if err == nil && d[0] != 1 {
+		err = checkDecision(d)
+	}
+	if err != nil {
 		b.failedCheck(ns, err, o)
 		return err
 	}
@@ -102,7 +110,7 @@ func (b *backend) tick(hb *heartbeat, ns int64, o *redisSettings) {
 // running): the fallback path's frame stays small. Everything else is
 // checkOther's.
 func skipping(b *backend, ns int64) bool {
-	if atomic.LoadInt64(&b.breaker.nextProbe) > ns && b.client != nil && atomic.LoadInt32(&b.probing) == 1 {
+	if atomic.LoadInt64(&b.breaker.nextProbe) > ns && b.pool != nil && atomic.LoadInt32(&b.probing) == 1 {
 		atomic.AddInt64(&b.skipped, 1)
 		return true
 	}
@@ -111,16 +119,14 @@ func skipping(b *backend, ns int64) bool {
 
 // checkOther is redisCheck for a topology (sentinel, cluster) or while
 // the breaker is open.
-func (b *backend) checkOther(cmd *command, key string, d []int64, o *redisSettings, hb *heartbeat, ns int64) error {
+func (b *backend) checkOther(cmd *redis.Command, key string, d []int64, o *redisSettings, hb *heartbeat, ns int64) error {
 	if atomic.LoadInt64(&b.breaker.nextProbe) != 0 && !b.breaker.allow(ns, o.probeNS) {
 		b.skip()
 		return errBreakerOpen
 	}
-	var err error
-	if b.base.mode == modeStandalone {
-		err = poolCheck(b.client, cmd, key, d, o.timeout, ns)
-	} else {
-		err = b.topologyCheck(cmd, key, d, o)
+	err := b.rc.Check(cmd, key, d, o.timeout)
+	if err == nil && d[0] != 1 {
+		err = checkDecision(d)
 	}
 	if err != nil {
 		b.failedCheck(ns, err, o)
@@ -135,8 +141,8 @@ func (b *backend) checkOther(cmd *command, key string, d []int64, o *redisSettin
 // breaker probes by itself.
 func (b *backend) skip() {
 	atomic.AddInt64(&b.skipped, 1)
-	if b.base.mode != modeStandalone {
-		b.refresh() // a promoted replica lets the next probe through (topology.go)
+	if b.base.mode != redis.Standalone {
+		b.rc.Refresh() // a promoted replica lets the next probe through (topology.go)
 	}
 	b.startProber()
 }
@@ -145,7 +151,7 @@ func (b *backend) skip() {
 // about the pod's own state or knowledge: the check falls back without
 // counting against Redis.
 func podFault(err error) bool {
-	return err == errNoRoute || err == errQueueFull || err == errBreakerOpen
+	return err == redis.ErrNoRoute || err == redis.ErrQueueFull || err == errBreakerOpen
 }
 
 // failedCheck records a failed check begun at start (timed when the
@@ -159,11 +165,11 @@ func (b *backend) failedCheck(start int64, err error, o *redisSettings) {
 }
 
 // failed records a failed check at ns. A check without a connection because
-// dials fail (errDialFailed) counts like any other; the failed dial was
+// dials fail (redis.ErrDialFailed) counts like any other; the failed dial was
 // counted and logged, with its cause, by dialFailed.
 func (b *backend) failed(ns int64, err error, o *redisSettings) {
-	if b.base.mode != modeStandalone && err != errQueueFull {
-		b.refresh() // a node down, a failover, a slot moved
+	if b.base.mode != redis.Standalone && err != redis.ErrQueueFull {
+		b.rc.Refresh() // a node down, a failover, a slot moved
 	}
 	if err != errBreakerOpen {
 		atomic.AddInt64(&b.metrics.errors[reasonOf(err)], 1)
@@ -171,11 +177,11 @@ func (b *backend) failed(ns int64, err error, o *redisSettings) {
 	if !podFault(err) {
 		atomic.AddInt64(&b.failures, 1)
 		if b.breaker.failure(ns, o.breakerThreshold, o.probeNS) {
-			b.suspectAll() // every node's connections prove themselves again
+			b.rc.SuspectAll() // every node's connections prove themselves again
 			b.startProber()
 		}
 	}
-	if err != errDialFailed {
+	if err != redis.ErrDialFailed {
 		b.logFailure(ns, err, o)
 	}
 }
@@ -189,17 +195,24 @@ func (b *backend) dialFailed(err error) {
 	atomic.AddInt64(&b.failures, 1)
 	atomic.AddInt64(&b.metrics.errors[reasonDial], 1)
 	b.logFailure(ns, err, &set)
-	if b.base.mode != modeStandalone {
+	if b.base.mode != redis.Standalone {
 		// A node that failed over: the checks waiting for this dial learn
 		// the topology and go to its heir (topologyCheck); they count
 		// against the breaker only if they fail there too.
-		b.refresh()
+		b.rc.Refresh()
 		return
 	}
 	if b.breaker.failure(ns, set.breakerThreshold, set.probeNS) {
-		b.suspectAll()
+		b.rc.SuspectAll()
 		b.startProber()
 	}
+}
+
+// sideDo runs cmds (n commands) on the side connection of key's node
+// (redis.Client.SideDo); it keeps the backend in use.
+func (b *backend) sideDo(key string, cmds []byte, n int) ([][]string, error) {
+	atomic.StoreInt64(&b.lastUsed, b.now())
+	return b.rc.SideDo(key, cmds, n)
 }
 
 // latest returns the latest New's settings.
@@ -219,7 +232,7 @@ func (b *backend) logFailure(now int64, err error, o *redisSettings) {
 		state = "open"
 	}
 	log.Printf("tollgate: redis %s unavailable, falling back to local limits (breaker %s, %d of the last second's %d checks failed, %d failures in all): %s",
-		b.describe(), state, atomic.LoadInt64(&b.breaker.failures), atomic.LoadInt64(&b.breaker.checks), atomic.LoadInt64(&b.failures), oneLine(err.Error()))
+		b.rc.Describe(), state, atomic.LoadInt64(&b.breaker.failures), atomic.LoadInt64(&b.breaker.checks), atomic.LoadInt64(&b.failures), oneLine(err.Error()))
 }
 
 // oneLine escapes the line breaks of s: an error may carry a node's
@@ -243,7 +256,7 @@ func (b *backend) startProber() {
 func (b *backend) probeLoop() {
 	defer func() {
 		if r := recover(); r != nil {
-			log.Printf("tollgate: redis %s: probing: recovered from a panic: %v", b.describe(), r)
+			log.Printf("tollgate: redis %s: probing: recovered from a panic: %v", b.rc.Describe(), r)
 		}
 		atomic.StoreInt32(&b.probing, 0)
 	}()
@@ -266,7 +279,7 @@ func (b *backend) probeLoop() {
 			continue
 		}
 		b.breaker.success(b.now())
-		log.Printf("tollgate: redis %s answers again: breaker closed, global limits restored", b.describe())
+		log.Printf("tollgate: redis %s answers again: breaker closed, global limits restored", b.rc.Describe())
 		return
 	}
 }
@@ -274,19 +287,7 @@ func (b *backend) probeLoop() {
 // probe checks that Redis answers: PING on a fresh connection, within
 // the checks' timeout, on every node in use (the topology read first).
 func (b *backend) probe(o *redisSettings) error {
-	if b.base.mode != modeStandalone {
-		b.refreshSync()
-	}
-	cs := b.clients()
-	if len(cs) == 0 {
-		return errNoRoute
-	}
-	for _, c := range cs {
-		if err := c.probe(o.timeout); err != nil {
-			return err
-		}
-	}
-	return nil
+	return b.rc.Probe(o.timeout)
 }
 
 // idleFor reports whether no check used the backend for d.
@@ -304,36 +305,8 @@ type backendStats struct {
 	Breaker   bool  // the breaker is open
 }
 
-// clients returns the pools of every node in use.
-func (b *backend) clients() []*redisClient {
-	if b.base.mode == modeStandalone {
-		return []*redisClient{b.client}
-	}
-	b.topo.mu.Lock()
-	defer b.topo.mu.Unlock()
-	var cs []*redisClient
-	for _, c := range b.topo.nodes {
-		cs = append(cs, c)
-	}
-	return cs
-}
-
-// describe names the deployment in logs.
-func (b *backend) describe() string {
-	switch b.base.mode {
-	case modeSentinel:
-		return fmt.Sprintf("sentinel master %q (sentinels %s)", b.base.masterName, strings.Join(b.base.endpoints, ","))
-	case modeCluster:
-		return "cluster (seeds " + strings.Join(b.base.endpoints, ",") + ")"
-	}
-	return b.base.addr
-}
-
 func (b *backend) stats() backendStats {
-	open := 0
-	for _, c := range b.clients() {
-		open += c.openConns()
-	}
+	open := b.rc.OpenConns()
 	return backendStats{
 		Failures:  atomic.LoadInt64(&b.failures),
 		Skipped:   atomic.LoadInt64(&b.skipped),

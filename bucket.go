@@ -28,7 +28,11 @@ package tollgate
 // 1 + burst/64 µs: a request that would fit within that much refill time
 // passes. Exact for every practical limit; documented in the README.
 
-import "math"
+import (
+	"math"
+
+	"github.com/tollgate-dev/tollgate/internal/redis"
+)
 
 // epochUS is the origin of bucket time, in µs since the Unix epoch. The Lua
 // script subtracts the same origin (in seconds) from TIME.
@@ -233,3 +237,29 @@ for i = 1, n do
 end
 return redis.status_reply(ok .. ' ' .. table.concat(out, ' '))
 `
+
+// checkDecision refuses a decision no correct script sends (the client
+// checked its shape: decisionLen numbers): d[0] not 0 or 1, or a refusal
+// that names no wait. Called for a decision that is not an admission.
+func checkDecision(d []int64) error {
+	if d[0] > 1 || (d[0] == 0 && !namesWait(d)) {
+		return redis.ErrBadReply
+	}
+	return nil
+}
+
+// namesWait reports whether a decision names a wait; a refusal that does
+// not is a reply no correct script produces.
+func namesWait(d []int64) bool {
+	for i := 2; i < len(d); i += 3 {
+		if d[i] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// maxDecisionLine is the longest decision a correct script sends: "+",
+// then 1+3(maxRules+1) numbers of at most 20 characters each, separated
+// by spaces, and CRLF. It fits in redis.MaxLine (TestDecisionFits).
+const maxDecisionLine = 1 + (1+3*(maxRules+1))*21 + 2

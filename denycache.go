@@ -18,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/clock"
 )
 
 // maxDenials bounds one cache: at most this many clients are remembered;
@@ -48,7 +50,7 @@ type denial struct {
 }
 
 func newDenyCache(max int) *denyCache {
-	return &denyCache{now: monotonic, max: max, entries: make(map[string]*denial)}
+	return &denyCache{now: clock.Mono, max: max, entries: make(map[string]*denial)}
 }
 
 // lookup fills d with the refusal cached for key, its waits counted down to

@@ -43,6 +43,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
 // Bounds of the exchangers.
@@ -188,7 +191,7 @@ func (x *exchanger) loop() {
 		}
 		atomic.StoreInt32(&x.leading, 1)
 		sleepUntil(slot*iv+iv*int64(25+50*rs.order/rs.regions)/100, iv)
-		if x.exchange(rs, slot, monotonic()) {
+		if x.exchange(rs, slot, clock.Mono()) {
 			atomic.AddInt64(&x.exchangesOK, 1)
 		} else {
 			atomic.AddInt64(&x.exchangesKO, 1)
@@ -225,9 +228,9 @@ func (x *exchanger) flush(rs *regionSettings) {
 	hk := hotKey(rs.name)
 	var b []byte
 	for k, n := range notes {
-		b = appendCommand(b, "HINCRBY", hk, k, strconv.FormatInt(n, 10))
+		b = redis.AppendCommand(b, "HINCRBY", hk, k, strconv.FormatInt(n, 10))
 	}
-	b = appendCommand(b, "PEXPIRE", hk, strconv.FormatInt(int64(2*rs.interval/time.Millisecond), 10))
+	b = redis.AppendCommand(b, "PEXPIRE", hk, strconv.FormatInt(int64(2*rs.interval/time.Millisecond), 10))
 	_, _ = x.own.sideDo(hk, b, len(notes)+1)
 }
 
@@ -242,8 +245,8 @@ func (x *exchanger) flush(rs *regionSettings) {
 func (x *exchanger) lead(rs *regionSettings) bool {
 	k := leadKey(rs.name)
 	ttl := strconv.FormatInt(int64(2*rs.interval/time.Millisecond), 10)
-	b := appendCommand(nil, "SET", k, x.id, "NX", "PX", ttl)
-	b = appendCommand(b, "GET", k)
+	b := redis.AppendCommand(nil, "SET", k, x.id, "NX", "PX", ttl)
+	b = redis.AppendCommand(b, "GET", k)
 	r, err := x.own.sideDo(k, b, 2)
 	if err != nil || len(r[1]) != 1 || r[1][0] != x.id {
 		return false
@@ -251,7 +254,7 @@ func (x *exchanger) lead(rs *regionSettings) bool {
 	if len(r[0]) == 1 && r[0][0] == "OK" {
 		return true // taken
 	}
-	r, err = x.own.sideDo(k, appendCommand(nil, "PEXPIRE", k, ttl), 1)
+	r, err = x.own.sideDo(k, redis.AppendCommand(nil, "PEXPIRE", k, ttl), 1)
 	return err == nil && len(r[0]) == 1 && r[0][0] == "1"
 }
 
@@ -324,7 +327,7 @@ func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
 	body := encodeReport(rep)
 	atomic.StoreInt64(&x.reportBytes, int64(len(body)))
 	rk := reportKeyOf(rs.name)
-	r, err := x.own.sideDo(rk, appendCommand(nil, "SET", rk, string(body), "PX", strconv.FormatInt(int64(shrinkTTLSteps*rs.interval/time.Millisecond), 10)), 1)
+	r, err := x.own.sideDo(rk, redis.AppendCommand(nil, "SET", rk, string(body), "PX", strconv.FormatInt(int64(shrinkTTLSteps*rs.interval/time.Millisecond), 10)), 1)
 	if err != nil || len(r[0]) != 1 || r[0][0] != "OK" {
 		return false // no share grows unpublished
 	}

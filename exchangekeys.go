@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
 // takeHot takes the region's hot hash: renamed aside, read and deleted,
@@ -21,9 +23,9 @@ import (
 func (x *exchanger) takeHot(rs *regionSettings) (hot, fresh map[string]float64, err error) {
 	hk := hotKey(rs.name)
 	taking := hk + ":taking"
-	b := appendCommand(nil, "RENAME", hk, taking)
-	b = appendCommand(b, "HRANDFIELD", taking, strconv.Itoa(maxHotRead), "WITHVALUES")
-	b = appendCommand(b, "DEL", taking)
+	b := redis.AppendCommand(nil, "RENAME", hk, taking)
+	b = redis.AppendCommand(b, "HRANDFIELD", taking, strconv.Itoa(maxHotRead), "WITHVALUES")
+	b = redis.AppendCommand(b, "DEL", taking)
 	r, err := x.own.sideDo(hk, b, 3)
 	if err != nil {
 		return nil, nil, err
@@ -132,7 +134,7 @@ func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, 
 // this pod becomes the leader.
 func (x *exchanger) restore(rs *regionSettings) {
 	rk := reportKeyOf(rs.name)
-	r, err := x.own.sideDo(rk, appendCommand(nil, "GET", rk), 1)
+	r, err := x.own.sideDo(rk, redis.AppendCommand(nil, "GET", rk), 1)
 	if err != nil || len(r[0]) != 1 {
 		return
 	}

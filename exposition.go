@@ -223,8 +223,8 @@ func (r *registry) writeBackendMetrics(w *bufio.Writer, now int64) {
 		if b.breaker.isOpen() {
 			row.open = 1
 		}
-		for _, c := range b.clients() {
-			idle, busy, dialling := c.connStates()
+		for _, c := range b.rc.Pools() {
+			idle, busy, dialling := c.ConnStates()
 			row.idle += idle
 			row.busy += busy
 			row.dialling += dialling

@@ -29,7 +29,7 @@ package tollgate
 //     a node is down its keys take the fallback; a changed topology (a
 //     replica promoted) lets the next check through the breaker at once.
 //     Until the topology is first known, checks fall back without counting
-//     against Redis (errNoRoute).
+//     against Redis (redis.ErrNoRoute).
 
 import (
 	"sync/atomic"

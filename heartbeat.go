@@ -23,6 +23,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
 // maxHeartbeats bounds the classes a backend beats for; past it, classes
@@ -135,18 +137,19 @@ func (b *backend) beatLoop() {
 
 // sendBeats sends a batch of heartbeats, to each key's node.
 func (b *backend) sendBeats(batch []*heartbeat) {
-	if b.base.mode == modeStandalone {
-		b.client.heartbeat(batch)
+	now := b.now()
+	if b.pool != nil {
+		heartbeatOn(b.pool, batch, now)
 		return
 	}
-	byNode := map[*redisClient][]*heartbeat{}
+	byNode := map[*redis.Pool][]*heartbeat{}
 	for _, hb := range batch {
-		if c := b.route(hb.key); c != nil {
+		if c := b.rc.NodeFor(hb.key); c != nil {
 			byNode[c] = append(byNode[c], hb)
 		}
 	}
 	for c, hbs := range byNode {
-		c.heartbeat(hbs)
+		heartbeatOn(c, hbs, now)
 	}
 }
 
@@ -175,9 +178,8 @@ func (b *backend) anyDue() bool {
 	return false
 }
 
-// heartbeat registers the pod for every class of batch and records the
-// counts, on a pooled connection within the dial budget: TIME, then
-// (pipelined, one flush) for each class
+// heartbeatOn registers the pod for every class of batch on c and
+// records the counts: TIME, then (pipelined, one flush) for each class
 //
 //	ZADD key <TIME ms> <instance id>
 //	ZREMRANGEBYSCORE key -inf <TIME ms - 3 heartbeats>
@@ -186,53 +188,43 @@ func (b *backend) anyDue() bool {
 //
 // Plain commands, not a script: Redis's clock is read first, and the
 // replies are small integers. (A script would show up among the bucket
-// checks in INFO commandstats.) Failures are left to the checks to notice;
-// the counts keep their last values.
-//
-// They run on a connection of their own (side), dialled on first use and
-// kept: the pool's connections carry only status-line replies (wire.go).
-func (c *redisClient) heartbeat(batch []*heartbeat) {
-	_ = c.onSide(func(cn *rconn) error {
-		return beatOn(cn, batch, c.now().Add(c.dialTimeout), c.mono())
-	})
-}
-
-// beatOn runs the heartbeats of batch on cn; now (monotonic ns) dates a
-// class's first count.
-func beatOn(cn *rconn, batch []*heartbeat, deadline time.Time, now int64) error {
-	if err := cn.nc.SetDeadline(deadline); err != nil {
-		return err
+// checks in INFO commandstats.) They run on the node's side connection,
+// within the dial budget. Failures are left to the checks to notice; the
+// counts keep their last values. now (monotonic ns) dates a class's first
+// count.
+func heartbeatOn(c *redis.Pool, batch []*heartbeat, now int64) {
+	t, err := c.SideDo(timeCmd, 1)
+	if err != nil || len(t[0]) != 2 {
+		return
 	}
-	if _, err := cn.nc.Write([]byte("*1\r\n$4\r\nTIME\r\n")); err != nil {
-		return err
+	sec, err1 := strconv.ParseInt(t[0][0], 10, 64)
+	us, err2 := strconv.ParseInt(t[0][1], 10, 64)
+	if err1 != nil || err2 != nil || sec < 0 || us < 0 || us >= 1000000 {
+		return
 	}
-	us, err := readTime(cn.br)
-	if err != nil {
-		return err
-	}
-	ms := us / 1000
+	ms := sec*1000 + us/1000
 	var b []byte
 	for _, hb := range batch {
 		ttlMS := atomic.LoadInt64(&hb.ttlMS)
-		b = appendCommand(b, "ZADD", hb.key, strconv.FormatInt(ms, 10), instanceID)
-		b = appendCommand(b, "ZREMRANGEBYSCORE", hb.key, "-inf", strconv.FormatInt(ms-ttlMS, 10))
-		b = appendCommand(b, "PEXPIRE", hb.key, strconv.FormatInt(ttlMS, 10))
-		b = appendCommand(b, "ZCARD", hb.key)
+		b = redis.AppendCommand(b, "ZADD", hb.key, strconv.FormatInt(ms, 10), instanceID)
+		b = redis.AppendCommand(b, "ZREMRANGEBYSCORE", hb.key, "-inf", strconv.FormatInt(ms-ttlMS, 10))
+		b = redis.AppendCommand(b, "PEXPIRE", hb.key, strconv.FormatInt(ttlMS, 10))
+		b = redis.AppendCommand(b, "ZCARD", hb.key)
 	}
-	if _, err := cn.nc.Write(b); err != nil {
-		return err
+	replies, err := c.SideDo(b, 4*len(batch))
+	if err != nil {
+		return
 	}
-	for _, hb := range batch {
-		var n int64
-		for i := 0; i < 4; i++ {
-			if n, err = readInt(cn.br); err != nil {
-				return err
-			}
+	for i, hb := range batch {
+		r := replies[4*i+3]
+		if len(r) != 1 {
+			continue
 		}
-		if n > 0 {
+		if n, err := strconv.ParseInt(r[0], 10, 64); err == nil && n > 0 {
 			atomic.StoreInt64(&hb.seen, n)
 			atomic.CompareAndSwapInt64(&hb.first, 0, now)
 		}
 	}
-	return nil
 }
+
+var timeCmd = redis.AppendCommand(nil, "TIME")

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/clock"
 )
 
 const (
@@ -75,7 +77,7 @@ func newLocalBuckets(max int) *localBuckets {
 	if max < n {
 		n = max
 	}
-	lb := &localBuckets{now: monotonic, perShard: max / n}
+	lb := &localBuckets{now: clock.Mono, perShard: max / n}
 	for i := 0; i < n; i++ {
 		lb.shards = append(lb.shards, &localShard{tats: make(map[string]float64)})
 	}
@@ -289,7 +291,7 @@ type localStores struct {
 }
 
 func newLocalStores() *localStores {
-	return &localStores{now: monotonic, max: maxLocalBuckets, byClass: make(map[string]*localBuckets)}
+	return &localStores{now: clock.Mono, max: maxLocalBuckets, byClass: make(map[string]*localBuckets)}
 }
 
 // forClass returns the store of class's buckets, creating it on first use

@@ -31,6 +31,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
 // Results of a request (the result label), indexing policyMetrics.n with
@@ -63,47 +65,20 @@ var histBounds = [nBounds]int64{100e3, 250e3, 500e3, 1e6, 2e6, 3e6, 5e6, 10e6, 2
 // histLabels are histBounds in seconds, as Prometheus writes le.
 var histLabels = [nBounds]string{"0.0001", "0.00025", "0.0005", "0.001", "0.002", "0.003", "0.005", "0.01", "0.025", "0.1"}
 
-// Reasons a check failed (the reason label of tollgate_redis_errors_total).
+// Reasons a check failed (the reason label of tollgate_redis_errors_total),
+// by redis.Kind.
 const (
-	reasonTimeout = iota
-	reasonDial
-	reasonConnection
-	reasonReply
-	reasonRedirect
-	reasonReadOnly
-	reasonNoRoute
-	reasonQueueFull
-	nReasons
+	reasonTimeout    = redis.KindTimeout
+	reasonDial       = redis.KindDial
+	reasonConnection = redis.KindConnection
+	reasonReply      = redis.KindReply
+	nReasons         = redis.Kinds
 )
 
-var reasonNames = [...]string{"timeout", "dial", "connection", "reply", "redirect", "readonly", "no_route", "queue_full"}
+var reasonNames = [nReasons]string{"timeout", "dial", "connection", "reply", "redirect", "readonly", "no_route", "queue_full"}
 
 // reasonOf classifies a failed check's error.
-func reasonOf(err error) int {
-	switch err {
-	case errTimeout, errStale:
-		return reasonTimeout
-	case errDialFailed:
-		return reasonDial
-	case errConnDead, errWrite, errOwed:
-		return reasonConnection
-	case errRedirect:
-		return reasonRedirect
-	case errReadOnly:
-		return reasonReadOnly
-	case errNoRoute:
-		return reasonNoRoute
-	case errQueueFull:
-		return reasonQueueFull
-	}
-	if isTimeout(err) {
-		return reasonTimeout
-	}
-	if connLost(err) {
-		return reasonConnection
-	}
-	return reasonReply
-}
+func reasonOf(err error) int { return redis.Kind(err) }
 
 // policyMetrics are one policy's counters. Safe for concurrent use:
 // counters are updated atomically; seen and changed under the registry's

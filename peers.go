@@ -12,6 +12,8 @@ package tollgate
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
 // hearPeers reads the peers' reports at once, waiting at most half an
@@ -95,7 +97,7 @@ func (x *exchanger) readPeerInto(read chan<- peerRead, reading *int32, i int, na
 // read or is malformed.
 func (x *exchanger) readPeer(i int, name string) *report {
 	rk := reportKeyOf(name)
-	r, err := x.peers[i].sideDo(rk, appendCommand(nil, "GET", rk), 1)
+	r, err := x.peers[i].sideDo(rk, redis.AppendCommand(nil, "GET", rk), 1)
 	if err != nil || len(r[0]) != 1 {
 		return nil
 	}

@@ -27,6 +27,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
 // Tollgate is the middleware handler built by New.
@@ -67,7 +70,7 @@ type policySet struct {
 	localsN      int64
 	quoted       []string // `"name"` of each policy
 	decisionLen  int      // len of a decision over ps
-	cmd          *command
+	cmd          *redis.Command
 	policyHeader string
 	failClosed   bool       // some policy fails closed
 	denied       *denyCache // Redis's refusals still in force, by client key
@@ -175,12 +178,8 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 		s.ownKeys = s.ownKeys || p.source != nil
 	}
 	if s.ownKeys {
-		for _, m := range s.cmd.mid {
-			s.joints = append(s.joints, string(m))
-		}
-		one := *s.cmd
-		one.mid = nil
-		s.cmd = &one
+		s.joints = s.cmd.Joints()
+		s.cmd = s.cmd.Whole()
 	}
 	m := ps[0].m
 	s.admitted = [2]*int64{&m.n[decidedRedis*nResults+resultAllowed], &m.n[decidedLocal*nResults+resultAllowed]}
@@ -263,7 +262,7 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 		return nil
 	}
 	s := withHeaders(newPolicySet(ps, t.set.keyLen), t.set.headers)
-	if s.ownKeys && t.set.redis.mode == modeCluster {
+	if s.ownKeys && t.set.redis.mode == redis.Cluster {
 		withGroups(s, t.set.keyLen)
 	}
 	t.sets[mask] = s
@@ -516,7 +515,7 @@ func fallback(t *Tollgate, set *policySet, key string, d []int64) int {
 // policy of set, with the limits shared by the pods seen.
 func takeLocal(t *Tollgate, set *policySet, keys []string, d []int64) int {
 	atomic.AddInt64(&t.be.fallbacks, 1)
-	n := replicasSeen(t.hb, t.set.replicas, int64(time.Since(processStart))+monoOrigin)
+	n := replicasSeen(t.hb, t.set.replicas, int64(time.Since(clock.Start))+clock.Origin)
 	set.localsMu.Lock()
 	if set.localsN != n || set.locals == nil {
 		set.shareLocals(n)

@@ -1,207 +1,68 @@
 package tollgate
 
-// A connection to Redis: dial, TLS, and the handshake (AUTH or ACL,
-// CLIENT SETNAME, SELECT), all through redigo within one dial budget; then
-// the raw connection is the plugin's, shared by the checks (wire.go) in a
-// pool (pool.go). Under Yaegi the plugin's own exchange costs about a third
-// of redigo's Pool + Script.Do (see BENCHMARKS.md).
+// The plugin's binding to its Redis client (internal/redis): a backend's
+// deployment made from the compiled settings, its hooks wired to the
+// backend's breaker and logs, and the bucket script's prepared call.
 
 import (
-	"context"
-	"crypto/sha1"
-	"crypto/tls"
-	"encoding/hex"
-	"errors"
-	"fmt"
-	"io"
-	"net"
-	"strings"
-	"time"
+	"strconv"
 
-	"github.com/gomodule/redigo/redis"
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
-// bucketSHA is the SHA1 that EVALSHA names bucketScript by.
-var bucketSHA = func() string {
-	sum := sha1.Sum([]byte(bucketScript))
-	return hex.EncodeToString(sum[:])
-}()
+// bucket is the bucket script as the client loads and names it.
+var bucket = redis.NewScript(bucketScript)
 
-// A dial (connect, TLS, AUTH, SELECT) does not run on a request's clock (see
-// dialAsync); it has 100 times the check's timeout, within these bounds. A
-// Redis that cannot complete one in that time is unavailable: the failure
-// counts toward the breaker (onDialError).
-const (
-	minDialTimeout = 250 * time.Millisecond
-	maxDialTimeout = 2 * time.Second
-)
-
-// dialTimeoutFor returns the dial budget for a check timeout.
-func dialTimeoutFor(timeout time.Duration) time.Duration {
-	d := 100 * timeout
-	if d < minDialTimeout {
-		return minDialTimeout
+// connect returns b's deployment for set: TLS files read now, the first
+// connection (standalone) or the topology (Sentinel, Cluster) sought off
+// the caller's clock. A failed dial counts against b's breaker
+// (dialFailed), a topology change lets its next probe through, a failed
+// refresh is logged as a failure.
+func connect(b *backend, set redisSettings) (*redis.Client, error) {
+	opts := redis.Options{
+		Mode: set.mode, Addr: set.addr, Endpoints: set.endpoints, MasterName: set.masterName,
+		SentinelUser: set.sentinelUser, SentinelPass: set.sentinelPass,
+		Username: set.username, Password: set.password, DB: set.db,
+		Timeout: set.timeout, PoolSize: set.poolSize, Script: bucket,
 	}
-	if d > maxDialTimeout {
-		return maxDialTimeout
+	if set.useTLS {
+		conf, err := tlsConfig(set)
+		if err != nil {
+			return nil, err
+		}
+		if set.mode != redis.Standalone {
+			conf.ServerName = "" // each node is verified by its own address
+		}
+		opts.TLS = conf
 	}
-	return d
+	return redis.New(opts, redis.Hooks{
+		DialFailed:    func(err error) { b.dialFailed(err) },
+		Changed:       func() { b.breaker.probeSoon() },
+		RefreshFailed: func(err error) { b.logFailure(b.now(), err, &b.base) },
+	}), nil
 }
 
-// dial connects, authenticates and selects the database, all before
-// deadline, through redigo; then keeps the raw connection for checks.
-func (c *redisClient) dial(deadline time.Time, loadScript bool) (*rconn, error) {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	var raw net.Conn
-	opts := dialOptions(c.tlsConf, deadline, c.set.username, c.set.password, c.set.db, handshakeBytes, func(nc net.Conn) { raw = nc })
-	conn, err := redis.DialContext(ctx, "tcp", c.set.addr, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("dialing redis %q: %w", c.set.addr, err)
+// newCommand prepares the script call for policies ps, whose keys are a
+// client key (fixed length keyLen; clientKeyLen for a rule keyed its own
+// way, never sharded) plus each policy's keySuffix; then interval, burst
+// and cost of every bucket, and with regions each bucket's static share.
+func newCommand(ps []*policy, keyLen int) *redis.Command {
+	lens := make([]int, len(ps))
+	suffixes := make([]string, len(ps))
+	var args []string
+	for i, p := range ps {
+		lens[i] = keyLen
+		if p.source != nil {
+			lens[i] = clientKeyLen
+		}
+		suffixes[i] = p.keySuffix
+		args = append(args, strconv.FormatFloat(p.shard.interval, 'g', -1, 64),
+			strconv.FormatFloat(p.shard.burst, 'g', -1, 64), strconv.FormatFloat(p.shard.cost, 'g', -1, 64))
 	}
-	if raw == nil {
-		return nil, fmt.Errorf("dialing redis %q: no connection", c.set.addr)
-	}
-	// Load the script with the handshake, off the request's clock: a
-	// burst's first checks on a fresh (or restarted) Redis would otherwise
-	// all be answered NOSCRIPT and all send the script's body again. A user
-	// without +script|load falls back to that (EVAL on NOSCRIPT).
-	if !loadScript {
-		return newConn(raw), nil
-	}
-	sha, err := redis.String(conn.Do("SCRIPT", "LOAD", bucketScript))
-	if err != nil && !strings.HasPrefix(err.Error(), "NOPERM") {
-		_ = raw.Close()
-		return nil, fmt.Errorf("dialing redis %q: loading the script: %w", c.set.addr, err)
-	}
-	if err == nil && sha != bucketSHA {
-		_ = raw.Close()
-		return nil, fmt.Errorf("dialing redis %q: loading the script: %w: SHA %q", c.set.addr, errBadReply, sha)
-	}
-	// The connection's CLIENT ID, which grows with every connection a
-	// Redis process accepts and starts again at a restart (stale.go: a
-	// lower ID on a later connection means a restarted Redis). Unknown
-	// (0) without +client|id.
-	reply, err := conn.Do("CLIENT", "ID")
-	if err != nil && !isErrorReply(err) {
-		_ = raw.Close()
-		return nil, fmt.Errorf("dialing redis %q: reading the client id: %w", c.set.addr, err)
-	}
-	cn := newConn(raw)
-	if id, err := redis.Int64(reply, err); err == nil && id > 0 {
-		cn.id = id
-	}
-	// The server process's run_id (INFO server), which a restart
-	// changes: unknown ("") without +info, and then CLIENT ID tells.
-	reply, err = conn.Do("INFO", "server")
-	if err != nil && !isErrorReply(err) {
-		_ = raw.Close()
-		return nil, fmt.Errorf("dialing redis %q: reading the server's run id: %w", c.set.addr, err)
-	}
-	if info, err := redis.String(reply, err); err == nil {
-		cn.run = runID(info)
-	}
-	return cn, nil
-}
-
-// runID returns the run_id field of an INFO reply: 40 hexadecimal
-// characters, or "" when there is none such.
-func runID(info string) string {
-	i := strings.Index(info, "\nrun_id:")
-	if i < 0 || len(info) < i+8+40 {
-		return ""
-	}
-	id := info[i+8 : i+8+40]
-	for j := 0; j < len(id); j++ {
-		if c := id[j]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return ""
+	if ps[0].regionPPM != 0 {
+		for _, p := range ps {
+			args = append(args, strconv.FormatInt(p.regionPPM, 10))
 		}
 	}
-	return id
-}
-
-// isErrorReply reports an error redigo made of an error reply (NOPERM,
-// ERR unknown command, a proxy's own text), as opposed to the
-// connection's: a network error, EOF, or redigo's protocol error. (No
-// type assertion on errors: see STYLE.)
-func isErrorReply(err error) bool {
-	var ne net.Error
-	return !errors.As(err, &ne) && err != io.EOF && err != io.ErrUnexpectedEOF && err != errReplyTooLong &&
-		!strings.HasPrefix(err.Error(), "redigo: ")
-}
-
-// Bounds on what redigo may read on one connection, in all: redigo bounds
-// each length it reads but not a reply's total, and holds 10-14 times the
-// bytes of nested empty arrays it parses. A node's reply is untrusted.
-const (
-	handshakeBytes = 16 << 10  // AUTH, CLIENT SETNAME, SELECT, SCRIPT LOAD: a few lines
-	adminBytes     = 128 << 10 // a topology query: CLUSTER SLOTS of hundreds of nodes
-)
-
-// errReplyTooLong is a node that sent more than redigo may read.
-var errReplyTooLong = errors.New("tollgate: redis sent more than a handshake or topology reply may hold")
-
-// budgetConn is a connection as redigo reads it: at most left bytes more.
-type budgetConn struct {
-	net.Conn
-	left int
-}
-
-func (bc *budgetConn) Read(p []byte) (int, error) {
-	if bc.left <= 0 {
-		return 0, errReplyTooLong
-	}
-	if len(p) > bc.left {
-		p = p[:bc.left]
-	}
-	n, err := bc.Conn.Read(p)
-	bc.left -= n
-	return n, err
-}
-
-// dialOptions are redigo's options for a connection that must be ready by
-// deadline: TCP (and TLS with tlsConf) with the deadline set, AUTH (with
-// username when set), SELECT db, CLIENT SETNAME tollgate; redigo reads at
-// most budget bytes of it. got receives the raw connection.
-func dialOptions(tlsConf *tls.Config, deadline time.Time, username, password string, db int64, budget int, got func(net.Conn)) []redis.DialOption {
-	opts := []redis.DialOption{
-		redis.DialContextFunc(func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var d net.Dialer
-			nc, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			_ = nc.SetDeadline(deadline)
-			if tlsConf != nil {
-				conf := tlsConf
-				if conf.ServerName == "" {
-					// A node named by the topology (Cluster, Sentinel):
-					// verify it by its own host.
-					conf = conf.Clone()
-					conf.ServerName, _, _ = net.SplitHostPort(addr)
-				}
-				tc := tls.Client(nc, conf)
-				if err := tc.HandshakeContext(ctx); err != nil {
-					_ = nc.Close()
-					return nil, err
-				}
-				nc = tc
-			}
-			got(nc)
-			return &budgetConn{Conn: nc, left: budget}, nil
-		}),
-		redis.DialReadTimeout(time.Until(deadline)),
-		redis.DialWriteTimeout(time.Until(deadline)),
-		redis.DialClientName("tollgate"),
-	}
-	if password != "" {
-		opts = append(opts, redis.DialPassword(password))
-		if username != "" {
-			opts = append(opts, redis.DialUsername(username))
-		}
-	}
-	if db != 0 {
-		opts = append(opts, redis.DialDatabase(int(db)))
-	}
-	return opts
+	return redis.NewCommand(bucket, lens, suffixes, args)
 }

@@ -9,12 +9,14 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
 // redisSettings is a validated RedisConfig.
 type redisSettings struct {
 	name             string   // the redis label of the metrics (RedisConfig.Name)
-	mode             int      // modeStandalone, modeSentinel, modeCluster
+	mode             int      // redis.Standalone, redis.Sentinel, redis.Cluster
 	endpoints        []string // sentinels or seed nodes
 	masterName       string
 	sentinelUser     string
@@ -64,16 +66,16 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 	r.name = strings.Join(eps, ",")
 	switch strings.ToLower(strings.TrimSpace(c.Mode)) {
 	case "", "standalone":
-		r.mode = modeStandalone
+		r.mode = redis.Standalone
 	case "sentinel":
-		r.mode = modeSentinel
+		r.mode = redis.Sentinel
 		if r.masterName = strings.TrimSpace(c.MasterName); r.masterName == "" {
 			return r, errors.New("redis.masterName: required in sentinel mode")
 		}
 		r.name = r.masterName
 		r.sentinelUser, r.sentinelPass = c.SentinelUsername, c.SentinelPassword
 	case "cluster":
-		r.mode = modeCluster
+		r.mode = redis.Cluster
 		if c.DB != 0 {
 			return r, fmt.Errorf("redis.db: %d, but Redis Cluster has only database 0", c.DB)
 		}
@@ -90,7 +92,7 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 		return r, errors.New("redis.sentinelPassword and redis.sentinelPasswordFile are both set: use one")
 	}
 	if c.SentinelPasswordFile != "" {
-		if r.mode != modeSentinel {
+		if r.mode != redis.Sentinel {
 			return r, errors.New("redis.sentinelPasswordFile: set, but redis.mode is not sentinel")
 		}
 		pass, err := readPasswordFile("redis.sentinelPasswordFile", c.SentinelPasswordFile)

@@ -31,6 +31,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/clock"
 )
 
 const (
@@ -40,7 +42,7 @@ const (
 
 // registry holds the shared resources.
 type registry struct {
-	now func() int64 // monotonic
+	now func() int64 // monotonic (internal/clock)
 
 	mu       sync.Mutex // guards backends
 	backends map[string]*backend
@@ -72,7 +74,7 @@ const classClaimWindow = 10 * time.Second
 var shared = newRegistry()
 
 func newRegistry() *registry {
-	return &registry{now: monotonic, backends: make(map[string]*backend), locals: newLocalStores(), metrics: newMetricsRegistry(),
+	return &registry{now: clock.Mono, backends: make(map[string]*backend), locals: newLocalStores(), metrics: newMetricsRegistry(),
 		claims: make(map[string]classClaim), retired: make(map[string]*backendRow), regions: make(map[string]*exchanger)}
 }
 
@@ -110,9 +112,7 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 	defer r.mu.Unlock()
 	for k, b := range r.backends {
 		if k != key && now-atomic.LoadInt64(&b.lastUsed) > int64(backendIdle) {
-			for _, c := range b.clients() {
-				c.closeIdle()
-			}
+			b.rc.CloseIdle()
 			r.retire(b)
 			delete(r.backends, k)
 		}
@@ -122,9 +122,7 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 		if set.poolSize == 0 {
 			return b, nil // a peer region's Redis, for the exchange only: the checks' settings stay
 		}
-		for _, c := range b.clients() {
-			c.setPoolSize(set.poolSize)
-		}
+		b.rc.SetPoolSize(set.poolSize)
 		b.setMu.Lock()
 		b.set = set
 		b.setMu.Unlock()
@@ -133,30 +131,15 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 	b := &backend{
 		base:     set,
 		breaker:  &breaker{},
-		now:      monotonic,
+		now:      clock.Mono,
 		lastUsed: now,
 		set:      set,
 	}
-	if set.mode == modeStandalone {
-		client, err := newRedisClient(set)
-		if err != nil {
-			return nil, err
-		}
-		client.onDialError = func(err error) { b.dialFailed(err) }
-		b.client = client
-		client.warm()
-	} else {
-		if set.useTLS {
-			conf, err := tlsConfig(set)
-			if err != nil {
-				return nil, err
-			}
-			conf.ServerName = "" // nodes are verified by their own address (dialOptions)
-			b.tlsConf = conf
-		}
-		b.topo.nodes = make(map[string]*redisClient)
-		b.refresh() // learns the topology off the request's clock
+	rc, err := connect(b, set)
+	if err != nil {
+		return nil, err
 	}
+	b.rc, b.pool = rc, rc.Pool()
 	r.backends[key] = b
 	return b, nil
 }

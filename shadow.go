@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/clock"
 )
 
 // shadowOnly reports whether a refusal (or a 503) comes from shadow
@@ -59,7 +61,7 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 	}
 	p := set.ps[decider(set, d, how)]
 	n := atomic.AddInt64(&p.m.n[how*nResults+resultShadowLimited], 1)
-	now := int64(time.Since(processStart)) + monoOrigin
+	now := int64(time.Since(clock.Start)) + clock.Origin
 	if last := atomic.LoadInt64(&p.m.shadowLog); (last == 0 || now-last >= t.set.redis.probeNS) && atomic.CompareAndSwapInt64(&p.m.shadowLog, last, now) {
 		log.Printf("tollgate: shadow: policy %q of class %q would have refused a request (%s); let through (%d so far)",
 			p.name, t.set.class, decisionNames[how], n)

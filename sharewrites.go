@@ -7,6 +7,8 @@ package tollgate
 
 import (
 	"strconv"
+
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
 // readCounts reads, beside each key's bucket, the demand counted (tokens
@@ -15,18 +17,18 @@ import (
 func (x *exchanger) readCounts(keys []string) (map[string]int64, map[string]float64, error) {
 	counts := make(map[string]int64, len(keys))
 	rates := make(map[string]float64, len(keys))
-	byNode := map[*redisClient][]string{}
+	byNode := map[*redis.Pool][]string{}
 	for _, k := range keys {
-		if c := x.own.nodeFor(k); c != nil {
+		if c := x.own.rc.NodeFor(k); c != nil {
 			byNode[c] = append(byNode[c], k)
 		}
 	}
 	for c, ks := range byNode {
 		var b []byte
 		for _, k := range ks {
-			b = appendCommand(b, "HMGET", shareKey(k), "n", "g")
+			b = redis.AppendCommand(b, "HMGET", shareKey(k), "n", "g")
 		}
-		r, err := c.sideRun(b, len(ks))
+		r, err := c.SideDo(b, len(ks))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -72,7 +74,7 @@ type shareTx struct {
 
 // add appends a command of op i.
 func (tx *shareTx) add(i int, verb string, args ...string) {
-	tx.cmds = appendCommand(tx.cmds, verb, args...)
+	tx.cmds = redis.AppendCommand(tx.cmds, verb, args...)
 	tx.ops = append(tx.ops, i)
 }
 
@@ -89,16 +91,16 @@ func (tx *shareTx) add(i int, verb string, args ...string) {
 // at the key) fails its op alone: the others' commands ran.
 func (x *exchanger) writeShares(ops []shareOp) []bool {
 	done := make([]bool, len(ops))
-	cluster := x.own.base.mode == modeCluster
-	byNode := map[*redisClient]map[int]*shareTx{}
+	cluster := x.own.base.mode == redis.Cluster
+	byNode := map[*redis.Pool]map[int]*shareTx{}
 	for i, op := range ops {
-		c := x.own.nodeFor(op.key)
+		c := x.own.rc.NodeFor(op.key)
 		if c == nil {
 			continue
 		}
 		slot := 0
 		if cluster {
-			slot = keySlot(op.key)
+			slot = redis.KeySlot(op.key)
 		}
 		if byNode[c] == nil {
 			byNode[c] = map[int]*shareTx{}
@@ -127,12 +129,12 @@ func (x *exchanger) writeShares(ops []shareOp) []bool {
 		var order []*shareTx
 		replies := 0
 		for _, tx := range txs {
-			b = append(appendCommand(b, "MULTI"), tx.cmds...)
-			b = appendCommand(b, "EXEC")
+			b = append(redis.AppendCommand(b, "MULTI"), tx.cmds...)
+			b = redis.AppendCommand(b, "EXEC")
 			replies += len(tx.ops) + 2
 			order = append(order, tx)
 		}
-		r, err := c.sideRun(b, replies)
+		r, err := c.SideDo(b, replies)
 		at := 0
 		for _, tx := range order {
 			n := len(tx.ops)

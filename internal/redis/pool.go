@@ -1,4 +1,4 @@
-package tollgate
+package redis
 
 // The pool: the connections to one Redis node, shared by every check in
 // flight (wire.go). A check takes an idle connection and runs alone on it
@@ -15,22 +15,17 @@ package tollgate
 // the dial in progress, within the dial budget: the dial reaches Redis, so
 // a Redis that is down or unreachable answers that wait with a failure.
 // For a dial budget after a failed dial, checks fail at once
-// (errDialFailed); a new dial is tried off the request's clock, one at a
+// (ErrDialFailed); a new dial is tried off the request's clock, one at a
 // time. A connection that may have outlived its Redis carries no check
 // before it answers a PING (stale.go).
 
 import (
-	"crypto/tls"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
-)
 
-// Errors of the pool.
-var (
-	errDialFailed = errors.New("tollgate: dialing redis failed")
+	"github.com/tollgate-dev/tollgate/internal/clock"
 )
 
 // idleTimeout closes connections unused for this long (the last one
@@ -48,18 +43,17 @@ const growAt = 1
 // pruneEvery spaces the pool's looks for idle connections.
 const pruneEvery = int64(time.Second)
 
-// redisClient is the pool of connections to one Redis node.
+// Pool is the pool of connections to one Redis node.
 //
-// The zero value is not usable; use newRedisClient. Safe for concurrent
+// The zero value is not usable; use newPool. Safe for concurrent
 // use. At most poolSize connections are open or being dialled; each
 // carries any number of checks at once (up to maxQueue). Connections
 // unused for idleTimeout are closed, all but one. No goroutine runs but
 // the dials, each ending within its budget.
-type redisClient struct {
-	set     redisSettings
-	tlsConf *tls.Config      // nil without TLS
-	now     func() time.Time // time.Now: the checks' deadlines; injected in tests
-	mono    func() int64     // monotonic: idle ages
+type Pool struct {
+	opts Options
+	now  func() time.Time // time.Now: the checks' deadlines; injected in tests
+	mono func() int64     // clock.Mono: idle ages
 
 	dialTimeout time.Duration
 	onDialError func(error) // set once before use; counts a failed dial
@@ -79,25 +73,20 @@ type redisClient struct {
 
 	sideMu    sync.Mutex // guards side
 	side      *rconn     // the heartbeat's own connection (heartbeat.go)
-	sideStale int32      // 1: closeIdle asked for side to be closed
+	sideStale int32      // 1: CloseIdle asked for side to be closed
 }
 
-func newRedisClient(set redisSettings) (*redisClient, error) {
-	c := &redisClient{set: set, now: time.Now, mono: monotonic, poolSize: set.poolSize, dialTimeout: dialTimeoutFor(set.timeout)}
+// NewPool returns the pool of connections to opts.Addr. Nothing is dialled
+// before the first check or Warm.
+func NewPool(opts Options) *Pool {
+	c := &Pool{opts: opts, now: time.Now, mono: clock.Mono, poolSize: opts.PoolSize, dialTimeout: DialTimeout(opts.Timeout)}
 	c.dialDone = sync.NewCond(&c.mu)
-	if set.useTLS {
-		conf, err := tlsConfig(set)
-		if err != nil {
-			return nil, err
-		}
-		c.tlsConf = conf
-	}
-	return c, nil
+	return c
 }
 
-// connStates counts the open connections, idle and busy (checks in
+// ConnStates counts the open connections, idle and busy (checks in
 // flight), and the dials in progress.
-func (c *redisClient) connStates() (idle, busy, dialling int64) {
+func (c *Pool) ConnStates() (idle, busy, dialling int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, cn := range c.conns {
@@ -110,8 +99,8 @@ func (c *redisClient) connStates() (idle, busy, dialling int64) {
 	return idle, busy, int64(c.dialing)
 }
 
-// setPoolSize changes the cap on open connections (the latest config wins).
-func (c *redisClient) setPoolSize(n int) {
+// SetPoolSize changes the cap on open connections (the latest config wins).
+func (c *Pool) SetPoolSize(n int) {
 	c.mu.Lock()
 	c.poolSize = n
 	c.mu.Unlock()
@@ -124,7 +113,7 @@ func (c *redisClient) setPoolSize(n int) {
 // for the dial or the proof in progress, and for one dial at most; it
 // fails at once while Redis is silent (failingFast). Connections open,
 // being proven and being dialled are at most poolSize.
-func (c *redisClient) pick(notBefore int64, timeout time.Duration) (*rconn, error) {
+func (c *Pool) pick(notBefore int64, timeout time.Duration) (*rconn, error) {
 	waited := int64(-1) // the dials ended when this check began to wait for one
 	c.mu.Lock()
 	for {
@@ -141,7 +130,7 @@ func (c *redisClient) pick(notBefore int64, timeout time.Duration) (*rconn, erro
 				c.mu.Unlock()
 				return suspect, nil
 			}
-			if err == errTimeout {
+			if err == ErrTimeout {
 				c.mu.Unlock()
 				return nil, err // Redis is slower than the check's budget
 			}
@@ -165,7 +154,7 @@ func (c *redisClient) pick(notBefore int64, timeout time.Duration) (*rconn, erro
 		}
 		if c.poolSize <= 0 || c.failingFast(ns) || failed || c.dialing == 0 && c.proving == 0 {
 			c.mu.Unlock()
-			return nil, errDialFailed
+			return nil, ErrDialFailed
 		}
 		if waited < 0 {
 			waited = c.dialEnds
@@ -176,14 +165,14 @@ func (c *redisClient) pick(notBefore int64, timeout time.Duration) (*rconn, erro
 
 // startDial dials one connection on a goroutine of its own. Requires c.mu
 // held.
-func (c *redisClient) startDial() {
+func (c *Pool) startDial() {
 	c.dialing++
 	go c.dialAsync()
 }
 
 // warm starts a dial when the pool has no connection, so that the first
 // check finds one (New calls it: Traefik builds middlewares before traffic).
-func (c *redisClient) warm() {
+func (c *Pool) Warm() {
 	c.mu.Lock()
 	if len(c.conns) == 0 && c.dialing == 0 && c.poolSize > 0 {
 		c.startDial()
@@ -194,7 +183,7 @@ func (c *redisClient) warm() {
 // dialAsync dials within the dial budget and adds the connection to the
 // pool, or reports the failure to onDialError; either way it wakes the
 // checks waiting for a connection.
-func (c *redisClient) dialAsync() {
+func (c *Pool) dialAsync() {
 	cn, err := c.dialSafe(true)
 	c.mu.Lock()
 	c.dialing--
@@ -230,11 +219,11 @@ func (c *redisClient) dialAsync() {
 // Traefik's recovers: a panic there (Yaegi's lazily built call wrappers are
 // not safe for concurrent first use; seen once in the tests) would end the
 // whole Traefik process instead of one dial.
-func (c *redisClient) dialSafe(loadScript bool) (cn *rconn, err error) {
+func (c *Pool) dialSafe(loadScript bool) (cn *rconn, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			cn = nil
-			err = fmt.Errorf("dialing redis %q: recovered from a panic: %v", c.set.addr, r)
+			err = fmt.Errorf("dialing redis %q: recovered from a panic: %v", c.opts.Addr, r)
 		}
 	}()
 	return c.dial(c.now().Add(c.dialTimeout), loadScript)
@@ -242,7 +231,7 @@ func (c *redisClient) dialSafe(loadScript bool) (cn *rconn, err error) {
 
 // reportDial passes a failed dial to onDialError, recovering a panic as
 // dialSafe does.
-func (c *redisClient) reportDial(err error) {
+func (c *Pool) reportDial(err error) {
 	defer func() { _ = recover() }()
 	if c.onDialError != nil {
 		c.onDialError(err)
@@ -252,7 +241,7 @@ func (c *redisClient) reportDial(err error) {
 // drop removes a dead connection from the pool; silent says it died
 // waiting for Redis (a frozen or overloaded server): until a dial
 // succeeds, checks finding no connection do not wait for one.
-func (c *redisClient) drop(cn *rconn, silent bool) {
+func (c *Pool) drop(cn *rconn, silent bool) {
 	c.mu.Lock()
 	if silent {
 		c.dialFailed = true
@@ -270,7 +259,7 @@ func (c *redisClient) drop(cn *rconn, silent bool) {
 // pruneIdle closes the connections unused for idleTimeout but the first:
 // after a burst, steady traffic keeps using the first ones and the rest
 // would stay open for ever. Requires c.mu held.
-func (c *redisClient) pruneIdle(ns int64) {
+func (c *Pool) pruneIdle(ns int64) {
 	keep := c.conns[:0]
 	for i, cn := range c.conns {
 		if i > 0 && ns-cn.used >= int64(idleTimeout) && cn.closeIfIdle() {
@@ -284,10 +273,10 @@ func (c *redisClient) pruneIdle(ns int64) {
 	c.conns = keep
 }
 
-// closeIdle closes every connection without a call in flight, and the
+// CloseIdle closes every connection without a call in flight, and the
 // heartbeat's: after one turns out dead (Redis restarted), its siblings
 // are dead too; and the registry reclaims a backend this way.
-func (c *redisClient) closeIdle() {
+func (c *Pool) CloseIdle() {
 	c.mu.Lock()
 	keep := c.conns[:0]
 	for _, cn := range c.conns {
@@ -311,7 +300,7 @@ func (c *redisClient) closeIdle() {
 }
 
 // closeSide closes the heartbeat's connection. Requires c.sideMu held.
-func (c *redisClient) closeSide() {
+func (c *Pool) closeSide() {
 	atomic.StoreInt32(&c.sideStale, 0)
 	if c.side != nil {
 		c.side.closeIfIdle()
@@ -320,7 +309,7 @@ func (c *redisClient) closeSide() {
 }
 
 // open returns the number of connections open (the heartbeat's included).
-func (c *redisClient) openConns() int {
+func (c *Pool) OpenConns() int {
 	c.mu.Lock()
 	n := len(c.conns)
 	c.mu.Unlock()
@@ -337,7 +326,7 @@ func (c *redisClient) openConns() int {
 // answering the prefix. On a connection the server had closed (a Redis
 // restart), the pool's idle connections are closed too and the call is
 // tried once more on another, or a new one (retry).
-func (c *redisClient) roundTrip(pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration, notBefore int64) (*call, error) {
+func (c *Pool) roundTrip(pre *call, prefix []byte, cmd *Command, head []byte, key string, timeout time.Duration, notBefore int64) (*call, error) {
 	cn, cl, err := c.attempt(pre, prefix, cmd, head, key, timeout, notBefore)
 	if err == nil || cn == nil {
 		return cl, err
@@ -347,7 +336,7 @@ func (c *redisClient) roundTrip(pre *call, prefix []byte, cmd *command, head []b
 
 // attempt is one try of roundTrip on a connection dialled at notBefore or
 // later; cn is nil when there is none (the error says why).
-func (c *redisClient) attempt(pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration, notBefore int64) (*rconn, *call, error) {
+func (c *Pool) attempt(pre *call, prefix []byte, cmd *Command, head []byte, key string, timeout time.Duration, notBefore int64) (*rconn, *call, error) {
 	cn, err := c.pick(notBefore, timeout)
 	if err != nil {
 		return nil, nil, err
@@ -360,16 +349,16 @@ func (c *redisClient) attempt(pre *call, prefix []byte, cmd *command, head []byt
 }
 
 // check runs the bucket script for the client key and stores the decision
-// in d (poolCheck).
-func (c *redisClient) check(cmd *command, key string, d []int64, timeout time.Duration) error {
-	return poolCheck(c, cmd, key, d, timeout, c.mono())
+// in d (PoolCheck).
+func (c *Pool) check(cmd *Command, key string, d []int64, timeout time.Duration) error {
+	return PoolCheck(c, cmd, key, d, timeout, c.mono())
 }
 
-// poolCheck is the hot path of a check on this node (see
+// PoolCheck is the hot path of a check on this node (see
 // Tollgate.ServeHTTP), at monotonic ns: it takes an idle connection and
 // runs alone on it (solo); when none is idle, the check pipelines on the
 // least busy connection (shared), and the pool may grow (pick).
-func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time.Duration, ns int64) error {
+func PoolCheck(c *Pool, cmd *Command, key string, d []int64, timeout time.Duration, ns int64) error {
 	var cn *rconn
 	load := deadLoad
 	c.mu.Lock()
@@ -411,7 +400,7 @@ func poolCheck(c *redisClient, cmd *command, key string, d []int64, timeout time
 // pipelined runs a check on cn, busy, the shared way: its call queued
 // behind the others and its reply awaited (cn.exchange, inlined: this is
 // the hot path at saturation); a failure goes on in failedOn.
-func pipelined(c *redisClient, cn *rconn, cmd *command, key string, d []int64, timeout time.Duration) error {
+func pipelined(c *Pool, cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration) error {
 	cl := newCall()
 	err := cn.send(nil, cl, nil, cmd, cmd.shaHead, key, timeout, c.now)
 	if err == nil || cl.done {
@@ -429,7 +418,7 @@ func pipelined(c *redisClient, cn *rconn, cmd *command, key string, d []int64, t
 // tend grows the pool when it should (grow: its least busy connection
 // carries growAt calls per open connection, or there is none) and prunes
 // idle connections at most every pruneEvery. Requires c.mu held.
-func (c *redisClient) tend(grow bool, ns int64) {
+func (c *Pool) tend(grow bool, ns int64) {
 	if grow && c.dialing == 0 && len(c.conns)+c.proving < c.poolSize {
 		c.startDial()
 	}
@@ -444,7 +433,7 @@ func (c *redisClient) tend(grow bool, ns int64) {
 // failedOn goes on after a check on cn (solo or pipelined) failed with
 // err, as roundTrip does: a lost connection is tried once more (retry),
 // NOSCRIPT is answered by EVAL, any other error is the check's.
-func (c *redisClient) failedOn(cn *rconn, err error, cmd *command, key string, d []int64, timeout time.Duration) error {
+func (c *Pool) failedOn(cn *rconn, err error, cmd *Command, key string, d []int64, timeout time.Duration) error {
 	cl, err := c.retry(cn, nil, err, nil, nil, cmd, cmd.shaHead, key, timeout)
 	if err == errNoScript {
 		cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout, 0)
@@ -454,7 +443,7 @@ func (c *redisClient) failedOn(cn *rconn, err error, cmd *command, key string, d
 
 // shared runs a check the shared way (call), when the pool had no
 // connection to pick.
-func (c *redisClient) shared(cmd *command, key string, d []int64, timeout time.Duration) error {
+func (c *Pool) shared(cmd *Command, key string, d []int64, timeout time.Duration) error {
 	cl, err := c.call(cmd, key, timeout)
 	return answered(cl, err, d)
 }
@@ -472,7 +461,7 @@ func answered(cl *call, err error, d []int64) error {
 
 // call is check up to the reply: the call, done, with its reply line or
 // error (a redirection's line names its target).
-func (c *redisClient) call(cmd *command, key string, timeout time.Duration) (*call, error) {
+func (c *Pool) call(cmd *Command, key string, timeout time.Duration) (*call, error) {
 	cl, err := c.roundTrip(nil, nil, cmd, cmd.shaHead, key, timeout, 0)
 	if err == errNoScript {
 		cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout, 0)
@@ -488,15 +477,15 @@ var (
 // probe checks that the node answers within timeout, on a fresh
 // connection (those pooled may have died with the server): the idle ones
 // are closed, the new one joins the pool.
-func (c *redisClient) probe(timeout time.Duration) error {
+func (c *Pool) probe(timeout time.Duration) error {
 	cn, err := c.dialSafe(true)
 	if err != nil {
 		return err
 	}
-	c.closeIdle()
+	c.CloseIdle()
 	cl := newCall()
 	if err = cn.exchange(nil, cl, pingCmd, nil, nil, "", timeout, c.now); err == nil && string(cl.line) != pongReply {
-		err = errBadReply
+		err = ErrBadReply
 	}
 	if err != nil {
 		cn.mu.Lock()

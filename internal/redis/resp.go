@@ -1,9 +1,9 @@
-package tollgate
+package redis
 
 // Plain RESP, for the commands outside the per-request exchange
 // (heartbeats, ASKING, the sentinel subscription): writing a command and
 // reading the few reply shapes they get. Each reader returns an error reply
-// as an error wrapping errBadReply, and any malformed input as errBadReply:
+// as an error wrapping ErrBadReply, and any malformed input as ErrBadReply:
 // never a panic (FuzzTopologyReplies). A line is at most the bufio.Reader's
 // buffer; the lengths a reply claims are bounded, and memory is allocated as
 // the bytes arrive, not from the claimed length (as in the redigo bounds
@@ -18,7 +18,7 @@ import (
 )
 
 // Limits on what a reply may claim; beyond them a read fails with
-// errBadReply.
+// ErrBadReply.
 const (
 	maxBulkLen  = 1 << 20 // bytes in a bulk string
 	maxArrayLen = 1 << 16 // elements in an array
@@ -28,8 +28,8 @@ const (
 	bulkPrealloc  = 4 << 10 // bytes
 )
 
-// appendCommand appends a command (verb and arguments) in RESP.
-func appendCommand(b []byte, verb string, args ...string) []byte {
+// AppendCommand appends a command (verb and arguments) in RESP.
+func AppendCommand(b []byte, verb string, args ...string) []byte {
 	b = append(b, '*')
 	b = strconv.AppendInt(b, int64(1+len(args)), 10)
 	b = append(b, "\r\n"...)
@@ -45,17 +45,17 @@ func appendCommand(b []byte, verb string, args ...string) []byte {
 func readLine(br *bufio.Reader) ([]byte, error) {
 	line, err := br.ReadSlice('\n')
 	if err == bufio.ErrBufferFull {
-		return nil, errBadReply // longer than the reader's buffer
+		return nil, ErrBadReply // longer than the reader's buffer
 	}
 	if err != nil {
 		return nil, err
 	}
 	line = bytes.TrimRight(line, "\r\n")
 	if len(line) == 0 {
-		return nil, errBadReply
+		return nil, ErrBadReply
 	}
 	if line[0] == '-' {
-		return nil, fmt.Errorf("%w: %q", errBadReply, line[1:])
+		return nil, fmt.Errorf("%w: %q", ErrBadReply, line[1:])
 	}
 	return line, nil
 }
@@ -67,11 +67,11 @@ func readInt(br *bufio.Reader) (int64, error) {
 		return 0, err
 	}
 	if line[0] != ':' {
-		return 0, errBadReply
+		return 0, ErrBadReply
 	}
 	n, err := strconv.ParseInt(string(line[1:]), 10, 64)
 	if err != nil {
-		return 0, errBadReply
+		return 0, ErrBadReply
 	}
 	return n, nil
 }
@@ -83,7 +83,7 @@ func readTime(br *bufio.Reader) (int64, error) {
 		return 0, err
 	}
 	if string(line) != "*2" {
-		return 0, errBadReply
+		return 0, ErrBadReply
 	}
 	var v [2]int64
 	for i := range v {
@@ -95,7 +95,7 @@ func readTime(br *bufio.Reader) (int64, error) {
 			return 0, err
 		}
 		if v[i], err = strconv.ParseInt(string(line), 10, 64); err != nil || v[i] < 0 {
-			return 0, errBadReply
+			return 0, ErrBadReply
 		}
 	}
 	return v[0]*1000000 + v[1], nil
@@ -109,7 +109,7 @@ func readStrings(br *bufio.Reader) ([]string, error) {
 		return nil, err
 	}
 	if line[0] != '*' {
-		return nil, errBadReply
+		return nil, ErrBadReply
 	}
 	n, err := parseCount(line[1:], maxArrayLen)
 	if err != nil {
@@ -141,7 +141,7 @@ func readBulk(br *bufio.Reader, n int) ([]byte, error) {
 		}
 	}
 	if b[n] != '\r' || b[n+1] != '\n' {
-		return nil, errBadReply
+		return nil, ErrBadReply
 	}
 	return b[:n], nil
 }
@@ -150,7 +150,7 @@ func readBulk(br *bufio.Reader, n int) ([]byte, error) {
 func parseCount(b []byte, limit int) (int, error) {
 	n, err := strconv.Atoi(string(b))
 	if err != nil || n < 0 || n > limit {
-		return 0, errBadReply
+		return 0, ErrBadReply
 	}
 	return n, nil
 }

@@ -1,4 +1,4 @@
-package tollgate
+package redis
 
 // The wire: calls written to one shared connection in order and answered
 // in order (RESP pipelining).
@@ -21,7 +21,7 @@ package tollgate
 // check that waited for the write lock, for the CPU, or for Redis to work
 // through a burst written before it did not find Redis slow). The reader
 // reads until the deadline of the oldest call still waiting; when it
-// passes, every waiting call past its deadline fails with errTimeout and
+// passes, every waiting call past its deadline fails with ErrTimeout and
 // leaves; its reply, when it comes, is read and dropped. A connection that
 // still owes a reply staleAfter past its deadline is closed. No select and
 // no timer: the socket's deadline bounds every wait, and a check waits on
@@ -35,25 +35,13 @@ package tollgate
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-)
 
-// Errors a caller may branch on.
-var (
-	errTimeout   = errors.New("tollgate: redis did not answer within the timeout")
-	errNoScript  = errors.New("tollgate: redis does not hold the script (NOSCRIPT)")
-	errBadReply  = errors.New("tollgate: unexpected reply from redis")
-	errConnDead  = errors.New("tollgate: redis connection closed")
-	errQueueFull = errors.New("tollgate: too many checks in flight on one redis connection")
-	errWrite     = errors.New("tollgate: writing to redis failed: connection closed")
-	errOwed      = errors.New("tollgate: redis connection failed with the reply owed")
-	errStale     = errors.New("tollgate: redis owes replies past their deadline: connection closed")
-	errNotSent   = errors.New("tollgate: redis connection closed before the call was written")
+	"github.com/tollgate-dev/tollgate/internal/clock"
 )
 
 const (
@@ -64,16 +52,14 @@ const (
 	minWriteBudget = 50 * time.Millisecond
 	// maxQueue bounds the calls in flight on one connection.
 	maxQueue = 4096
-	// readerSize is the reply buffer of a connection: the longest legal
-	// reply line, a decision over maxRules+1 policies with every number at
-	// its widest (maxDecisionLine), fits.
+	// readerSize is the reply buffer of a connection, and the longest
+	// reply line a call may get (MaxLine).
 	readerSize = 4096
 )
 
-// maxDecisionLine is the longest decision a correct script sends: "+",
-// then 1+3(maxRules+1) numbers of at most 20 characters each, separated
-// by spaces, and CRLF.
-const maxDecisionLine = 1 + (1+3*(maxRules+1))*21 + 2
+// MaxLine is the longest status line a call's reply may be: a script's
+// reply must fit.
+const MaxLine = readerSize
 
 // rconn is one connection to Redis, shared by every check in flight on it.
 // Safe for concurrent use. The write lock orders calls; mu guards the
@@ -109,7 +95,7 @@ type rconn struct {
 // status line: the decision, +PONG, +OK) or its error. Fields are guarded
 // by the connection's mu; line and err are read by the caller once done.
 type call struct {
-	sent     int64 // monotonic ns (clock.go) when its write returned; 0 until then
+	sent     int64 // monotonic ns (internal/clock) when its write returned; 0 until then
 	timeout  int64 // ns: its budget, from sent or from the reply before it
 	deadline int64 // monotonic ns; 0 until written
 	line     []byte
@@ -160,14 +146,14 @@ func wake(cl *call) {
 
 // send queues and writes pre (when not nil) and cl in one write: prefix,
 // then the call that starts with head for key (cmd nil: prefix alone).
-// cl's deadline is set once the write returns (clock), plus timeout: a
+// cl's deadline is set once the write returns (wall), plus timeout: a
 // goroutine descheduled before its write does not shorten Redis's budget.
 // A failed write kills the connection (crypto/tls makes write errors
 // permanent, and a partial write breaks the stream): this call fails with
 // errWrite (it may be tried again: Redis has not seen it whole), the calls
 // written before it with errOwed (they may have reached Redis: trying them
 // again could charge them twice).
-func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration, clock func() time.Time) error {
+func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *Command, head []byte, key string, timeout time.Duration, wall func() time.Time) error {
 	cn.wmu.Lock()
 	cn.mu.Lock()
 	if cn.dead != nil || len(cn.queue) >= maxQueue {
@@ -184,12 +170,12 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 	atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
 	cn.mu.Unlock()
 	cn.wbuf = appendCall(append(cn.wbuf[:0], prefix...), cmd, head, key)
-	err := cn.nc.SetWriteDeadline(clock().Add(writeBudget(timeout)))
+	err := cn.nc.SetWriteDeadline(wall().Add(writeBudget(timeout)))
 	cn.writeUntil = 0 // solo's deadline is gone
 	if err == nil {
 		_, err = cn.nc.Write(cn.wbuf)
 	}
-	sent := int64(time.Since(processStart)) + monoOrigin // monotonic(), inlined
+	sent := int64(time.Since(clock.Start)) + clock.Origin // clock.Mono(), inlined
 	cn.mu.Lock()
 	if err != nil {
 		cn.sendFailed(pre, cl)
@@ -211,7 +197,7 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *command, head []byte, k
 // refuse is send's answer when the connection takes no more calls: dead,
 // or its queue full. Requires cn.wmu and cn.mu held; releases them.
 func (cn *rconn) refuse() error {
-	err := errQueueFull
+	err := ErrQueueFull
 	if cn.dead != nil {
 		err = errNotSent // it may be tried on another connection
 	}
@@ -259,7 +245,7 @@ func (cn *rconn) sent(pre, cl *call) {
 // when the last one set is less than a write budget away (writeUntil).
 // The decision is decoded before the lock is released: cn.solo is the
 // next check's once the queue is empty.
-func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration, clock func() time.Time) (bool, error) {
+func solo(cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration, wall func() time.Time) (bool, error) {
 	cn.mu.Lock()
 	if cn.dead != nil || len(cn.queue) > 0 || cn.reading {
 		cn.mu.Unlock()
@@ -281,8 +267,8 @@ func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration,
 		cn.sbuf = appendCall(cn.sbuf[:0], cmd, cmd.shaHead, key)
 	}
 	var err error
-	if now := int64(time.Since(processStart)) + monoOrigin; now >= cn.writeUntil { // monotonic(), inlined, after the locks
-		err = cn.renewWriteDeadline(now, timeout, clock)
+	if now := int64(time.Since(clock.Start)) + clock.Origin; now >= cn.writeUntil { // clock.Mono(), inlined, after the locks
+		err = cn.renewWriteDeadline(now, timeout, wall)
 	}
 	if err == nil {
 		_, err = cn.nc.Write(cn.sbuf)
@@ -292,9 +278,9 @@ func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration,
 	}
 	// Only the deadline: cl is the head, so nothing extends it (sent and
 	// timeout are for calls behind others).
-	cl.deadline = int64(time.Since(processStart)) + monoOrigin + int64(timeout) // monotonic(), inlined
+	cl.deadline = int64(time.Since(clock.Start)) + clock.Origin + int64(timeout) // clock.Mono(), inlined
 	cn.readUntil = cl.deadline
-	err = cn.nc.SetReadDeadline(processStart.Add(time.Duration(cl.deadline - monoOrigin))) // wallTime, inlined
+	err = cn.nc.SetReadDeadline(clock.Start.Add(time.Duration(cl.deadline - clock.Origin))) // wallTime, inlined
 	cn.mu.Unlock()
 	var line []byte
 	if err == nil {
@@ -316,10 +302,10 @@ func solo(cn *rconn, cmd *command, key string, d []int64, timeout time.Duration,
 // renewWriteDeadline sets a write deadline two write budgets away, and
 // writeUntil one budget away (see solo). Requires cn.mu held with the
 // queue empty but for the caller's call.
-func (cn *rconn) renewWriteDeadline(ns int64, timeout time.Duration, clock func() time.Time) error {
+func (cn *rconn) renewWriteDeadline(ns int64, timeout time.Duration, wall func() time.Time) error {
 	budget := writeBudget(timeout)
 	cn.writeUntil = ns + int64(budget)
-	return cn.nc.SetWriteDeadline(clock().Add(2 * budget))
+	return cn.nc.SetWriteDeadline(wall().Add(2 * budget))
 }
 
 // writeFailed ends cl, the only call on the connection, whose write
@@ -376,8 +362,8 @@ func writeBudget(timeout time.Duration) time.Duration {
 
 // exchange sends pre (when not nil) and cl (send) and returns once cl is
 // done (await): cl's error, or why it was not sent.
-func (cn *rconn) exchange(pre, cl *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration, clock func() time.Time) error {
-	err := cn.send(pre, cl, prefix, cmd, head, key, timeout, clock)
+func (cn *rconn) exchange(pre, cl *call, prefix []byte, cmd *Command, head []byte, key string, timeout time.Duration, wall func() time.Time) error {
+	err := cn.send(pre, cl, prefix, cmd, head, key, timeout, wall)
 	if err == nil || cl.done {
 		cn.mu.Lock()
 		cn.await(cl)
@@ -415,7 +401,7 @@ func (cn *rconn) serve(me *call) {
 			until = cn.oldestDeadline()
 		}
 		cn.readUntil = until
-		err := cn.nc.SetReadDeadline(processStart.Add(time.Duration(until - monoOrigin))) // wallTime, inlined
+		err := cn.nc.SetReadDeadline(clock.Start.Add(time.Duration(until - clock.Origin))) // wallTime, inlined
 		cn.mu.Unlock()
 		var line []byte
 		if err == nil {
@@ -439,7 +425,7 @@ func (cn *rconn) serve(me *call) {
 		cn.queue = cn.queue[1:]
 		atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
 		if next := cn.queue; len(next) > 0 && !next[0].done && next[0].deadline != 0 {
-			extendTo(next[0], int64(time.Since(processStart))+monoOrigin)
+			extendTo(next[0], int64(time.Since(clock.Start))+clock.Origin)
 		}
 		if !cl.done {
 			cl.line = append(cl.line[:0], line...)
@@ -460,7 +446,7 @@ func (cn *rconn) take(line []byte, err error) {
 	if err != nil {
 		if !isTimeout(err) {
 			cn.kill(err)
-		} else if cn.expire(monotonic()) {
+		} else if cn.expire(clock.Mono()) {
 			cn.kill(errStale)
 		}
 		return
@@ -474,8 +460,8 @@ func (cn *rconn) take(line []byte, err error) {
 	default:
 		// Not a reply any call of ours gets: the stream cannot be
 		// trusted.
-		finish(cl, nil, errBadReply)
-		cn.kill(errBadReply)
+		finish(cl, nil, ErrBadReply)
+		cn.kill(ErrBadReply)
 	}
 }
 
@@ -487,7 +473,7 @@ func (cn *rconn) pop() *call {
 	cn.queue = cn.queue[1:]
 	atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
 	if len(cn.queue) > 0 {
-		cn.queue[0].extend(monotonic())
+		cn.queue[0].extend(clock.Mono())
 	}
 	return cl
 }
@@ -546,7 +532,7 @@ func (cn *rconn) oldestDeadline() int64 {
 		}
 		d := cl.deadline
 		if d == 0 {
-			d = monotonic() + int64(staleAfter)
+			d = clock.Mono() + int64(staleAfter)
 		}
 		if earliest == 0 || d < earliest {
 			earliest = d
@@ -562,7 +548,7 @@ func (cn *rconn) oldestDeadline() int64 {
 }
 
 // wallTime is the wall-clock time of monotonic ns, for socket deadlines.
-func wallTime(ns int64) time.Time { return processStart.Add(time.Duration(ns - monoOrigin)) }
+func wallTime(ns int64) time.Time { return clock.Start.Add(time.Duration(ns - clock.Origin)) }
 
 // staleAfter is how long past its deadline a connection may owe a reply
 // before it is closed (a frozen or overloaded Redis).
@@ -574,7 +560,7 @@ const staleAfter = 250 * time.Millisecond
 func (cn *rconn) expire(now int64) bool {
 	for _, cl := range cn.queue {
 		if !cl.done && cl.deadline != 0 && now >= cl.deadline {
-			finish(cl, nil, errTimeout)
+			finish(cl, nil, ErrTimeout)
 		}
 	}
 	if len(cn.queue) == 0 {
@@ -648,7 +634,7 @@ func (cn *rconn) readMore(line []byte, err error) ([]byte, error) {
 	if err != nil {
 		cn.part = append(cn.part, line...)
 		if len(cn.part) > readerSize {
-			return nil, errBadReply
+			return nil, ErrBadReply
 		}
 		return nil, err
 	}
@@ -671,12 +657,6 @@ func lateRead(cn *rconn) ([]byte, error) {
 	return cn.br.ReadSlice('\n')
 }
 
-// isTimeout reports a deadline error.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
 // replyError is the error for an error reply: NOSCRIPT, a redirection
 // (MOVED, ASK: the call keeps the line, parsed by parseRedirect), a
 // demoted primary (READONLY), or any other.
@@ -689,7 +669,7 @@ func replyError(line []byte) error {
 	case bytes.HasPrefix(line, readOnly):
 		return errReadOnly
 	}
-	return errBadReply
+	return ErrBadReply
 }
 
 // Error replies matched by prefix.
@@ -703,7 +683,7 @@ var (
 // command is the prepared EVALSHA (and EVAL) of one set of policies: only the
 // client's key changes between requests, so a call is written as
 // head, key, mid[0], key, ..., tail.
-type command struct {
+type Command struct {
 	shaHead  []byte   // "*N $7 EVALSHA $40 <sha> $len <n>" and the first key's "$len"
 	evalHead []byte   // the same with EVAL and the script
 	mid      [][]byte // key i's suffix and key i+1's "$len"
@@ -719,55 +699,40 @@ func bulk(b []byte, s string) []byte {
 	return append(b, "\r\n"...)
 }
 
-// newCommand prepares the script call for policies ps, whose keys are a
-// client key (fixed length keyLen; clientKeyLen for a rule keyed its own
-// way, never sharded) plus each policy's keySuffix.
-func newCommand(ps []*policy, keyLen int) *command {
-	n := len(ps)
-	args := 4 // a key and three numbers per bucket; a fourth with regions
-	if ps[0].regionPPM != 0 {
-		args = 5
-	}
-	keyHead := func(p *policy) []byte {
-		kl := keyLen
-		if p.source != nil {
-			kl = clientKeyLen
-		}
+// NewCommand prepares a call of script with len(suffixes) keys and args:
+// key i is the caller's key, keyLens[i] bytes long in every call, then
+// suffixes[i]. Only the caller's key changes between calls, so a call is
+// written as head, key, mid[0], key, ..., tail.
+func NewCommand(script *Script, keyLens []int, suffixes []string, args []string) *Command {
+	n := len(suffixes)
+	keyHead := func(i int) []byte {
 		h := []byte("$")
-		h = strconv.AppendInt(h, int64(kl+len(p.keySuffix)), 10)
+		h = strconv.AppendInt(h, int64(keyLens[i]+len(suffixes[i])), 10)
 		return append(h, "\r\n"...)
 	}
 	head := func(verb, body string) []byte {
 		b := []byte("*")
-		b = strconv.AppendInt(b, int64(3+args*n), 10)
+		b = strconv.AppendInt(b, int64(3+n+len(args)), 10)
 		b = append(b, "\r\n"...)
 		b = bulk(b, verb)
 		b = bulk(b, body)
 		b = bulk(b, strconv.Itoa(n))
-		return append(b, keyHead(ps[0])...)
+		return append(b, keyHead(0)...)
 	}
-	cmd := &command{shaHead: head("EVALSHA", bucketSHA), evalHead: head("EVAL", bucketScript)}
+	cmd := &Command{shaHead: head("EVALSHA", script.SHA), evalHead: head("EVAL", script.Body)}
 	for i := 1; i < n; i++ {
-		m := append([]byte(ps[i-1].keySuffix+"\r\n"), keyHead(ps[i])...)
-		cmd.mid = append(cmd.mid, m)
+		cmd.mid = append(cmd.mid, append([]byte(suffixes[i-1]+"\r\n"), keyHead(i)...))
 	}
-	cmd.tail = []byte(ps[n-1].keySuffix + "\r\n")
-	for _, p := range ps {
-		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.shard.interval, 'g', -1, 64))
-		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.shard.burst, 'g', -1, 64))
-		cmd.tail = bulk(cmd.tail, strconv.FormatFloat(p.shard.cost, 'g', -1, 64))
-	}
-	if args == 5 {
-		for _, p := range ps {
-			cmd.tail = bulk(cmd.tail, strconv.FormatInt(p.regionPPM, 10))
-		}
+	cmd.tail = []byte(suffixes[n-1] + "\r\n")
+	for _, a := range args {
+		cmd.tail = bulk(cmd.tail, a)
 	}
 	return cmd
 }
 
 // appendCall appends cmd's call that starts with head (shaHead or
 // evalHead) for the client key.
-func appendCall(b []byte, cmd *command, head []byte, key string) []byte {
+func appendCall(b []byte, cmd *Command, head []byte, key string) []byte {
 	if cmd == nil {
 		return b // a prefix alone (send)
 	}
@@ -780,15 +745,16 @@ func appendCall(b []byte, cmd *command, head []byte, key string) []byte {
 	return append(b, cmd.tail...)
 }
 
-// decode parses a decision's status line ("+1 4 0 1000\r\n", at least 3
-// bytes) into d and checks it: len(d) integers from 0 to the largest
-// int64, of 1 to maxDigits digits, single spaces between them, d[0] 0 or 1, and a refusal
-// names a wait. One pass and no call: the interpreter's cheapest parse
-// (fmt.Sscan boxes every target; strconv is a call per number).
+// decode parses a script's status line of numbers ("+1 4 0 1000\r\n", at
+// least 3 bytes) into d: exactly len(d) integers from 0 to the largest
+// int64, of 1 to maxDigits digits, single spaces between them. What the
+// numbers mean is the caller's to check. One pass and no call: the
+// interpreter's cheapest parse (fmt.Sscan boxes every target; strconv is a
+// call per number).
 func decode(line []byte, d []int64) error {
 	end := len(line) - 2
 	if end < 2 || line[end] != '\r' {
-		return errBadReply
+		return ErrBadReply
 	}
 	k := 0
 	start := 1 // where the number being read starts
@@ -797,7 +763,7 @@ func decode(line []byte, d []int64) error {
 		c := line[i]
 		if c == ' ' || i == end {
 			if i == start || i-start > maxDigits || v < 0 || k == len(d) || c == ' ' && k == len(d)-1 {
-				return errBadReply
+				return ErrBadReply
 			}
 			d[k] = v
 			k++
@@ -806,14 +772,11 @@ func decode(line []byte, d []int64) error {
 		} else if c -= '0'; c <= 9 {
 			v = v*10 + int64(c)
 		} else {
-			return errBadReply
+			return ErrBadReply
 		}
 	}
 	if k != len(d) {
-		return errBadReply
-	}
-	if d[0] != 1 {
-		return checkDecision(d)
+		return ErrBadReply
 	}
 	return nil
 }
@@ -823,22 +786,21 @@ func decode(line []byte, d []int64) error {
 // refuses.
 const maxDigits = 19
 
-// checkDecision refuses a decision no correct script sends: d[0] not 0 or
-// 1, or a refusal that names no wait.
-func checkDecision(d []int64) error {
-	if d[0] > 1 || (d[0] == 0 && !namesWait(d)) {
-		return errBadReply
+// Joints returns what a call writes between its keys: key i's suffix
+// and key i+1's length. A caller whose keys differ in length from call to
+// call writes them whole (Whole).
+func (c *Command) Joints() []string {
+	j := make([]string, len(c.mid))
+	for i, m := range c.mid {
+		j[i] = string(m)
 	}
-	return nil
+	return j
 }
 
-// namesWait reports whether a decision names a wait; a refusal that does
-// not is a reply no correct script produces.
-func namesWait(d []int64) bool {
-	for i := 2; i < len(d); i += 3 {
-		if d[i] > 0 {
-			return true
-		}
-	}
-	return false
+// Whole returns c as a call of one key, written whole by the caller:
+// every key of c and the Joints between them.
+func (c *Command) Whole() *Command {
+	one := *c
+	one.mid = nil
+	return &one
 }

@@ -1,4 +1,4 @@
-package tollgate
+package redis
 
 // Redis Cluster: which node owns a key (see topology.go for when the map is
 // learnt and how redirections are followed).
@@ -9,7 +9,7 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/gomodule/redigo/redis"
+	redigo "github.com/gomodule/redigo/redis"
 )
 
 // crcTable is CRC-16/XMODEM (polynomial 0x1021), Redis Cluster's key hash.
@@ -29,10 +29,10 @@ var crcTable = func() [256]uint16 {
 	return t
 }()
 
-// keySlot is the cluster slot of key: CRC16 of its hash tag (the bytes
+// KeySlot is the cluster slot of key: CRC16 of its hash tag (the bytes
 // between the first "{" and the next "}", when not empty) or of the whole
 // key, modulo 16384.
-func keySlot(key string) int {
+func KeySlot(key string) int {
 	s := key
 	for i := 0; i < len(key); i++ {
 		if key[i] == '{' {
@@ -63,25 +63,25 @@ type slotRange struct {
 
 // loadSlots asks the known nodes, then the seeds, for CLUSTER SLOTS and
 // installs the first answer.
-func (b *backend) loadSlots() error {
-	b.topo.mu.Lock()
+func (rc *Client) loadSlots() error {
+	rc.topo.mu.Lock()
 	var candidates []string
-	for addr := range b.topo.nodes {
+	for addr := range rc.topo.nodes {
 		candidates = append(candidates, addr)
 	}
-	b.topo.mu.Unlock()
-	candidates = append(candidates, b.base.endpoints...)
+	rc.topo.mu.Unlock()
+	candidates = append(candidates, rc.opts.Endpoints...)
 	err := errors.New("no seed node")
 	for _, addr := range candidates {
 		var ranges []slotRange
-		if ranges, err = b.clusterSlots(addr); err != nil {
+		if ranges, err = rc.clusterSlots(addr); err != nil {
 			continue
 		}
-		slots := make([]*redisClient, clusterSlots)
-		keep := map[*redisClient]bool{}
-		b.topo.mu.Lock()
+		slots := make([]*Pool, clusterSlots)
+		keep := map[*Pool]bool{}
+		rc.topo.mu.Lock()
 		for _, r := range ranges {
-			c := b.node(r.addr, true)
+			c := rc.node(r.addr, true)
 			if c == nil {
 				continue
 			}
@@ -90,16 +90,16 @@ func (b *backend) loadSlots() error {
 				slots[s] = c
 			}
 		}
-		changed := b.topo.slots == nil
+		changed := rc.topo.slots == nil
 		for i := 0; !changed && i < clusterSlots; i++ {
-			changed = b.topo.slots[i] != slots[i]
+			changed = rc.topo.slots[i] != slots[i]
 		}
-		b.topo.slots = slots
-		b.forget(keep)
-		b.topo.mu.Unlock()
+		rc.topo.slots = slots
+		rc.forget(keep)
+		rc.topo.mu.Unlock()
 		if changed {
-			b.suspectAll() // a failover: a node's connections may be to its old role
-			b.breaker.probeSoon()
+			rc.SuspectAll() // a failover: a node's connections may be to its old role
+			rc.hooks.changed()
 		}
 		return nil
 	}
@@ -109,8 +109,8 @@ func (b *backend) loadSlots() error {
 // clusterSlots runs CLUSTER SLOTS on addr and checks its reply: each entry
 // is [first, last, [host, port, ...], replicas...]; an empty host is
 // addr's.
-func (b *backend) clusterSlots(addr string) ([]slotRange, error) {
-	entries, err := redis.Values(b.adminDo(addr, b.base.username, b.base.password, 0, "CLUSTER", "SLOTS"))
+func (rc *Client) clusterSlots(addr string) ([]slotRange, error) {
+	entries, err := redigo.Values(rc.adminDo(addr, rc.opts.Username, rc.opts.Password, 0, "CLUSTER", "SLOTS"))
 	if err != nil {
 		return nil, fmt.Errorf("%q: %w", addr, err)
 	}
@@ -118,25 +118,25 @@ func (b *backend) clusterSlots(addr string) ([]slotRange, error) {
 		return nil, fmt.Errorf("%q: CLUSTER SLOTS is empty (no slot assigned)", addr)
 	}
 	bad := func(what string, v interface{}) error {
-		return fmt.Errorf("%q: %w: CLUSTER SLOTS %s: %q", addr, errBadReply, what, fmt.Sprint(v))
+		return fmt.Errorf("%q: %w: CLUSTER SLOTS %s: %q", addr, ErrBadReply, what, fmt.Sprint(v))
 	}
 	var ranges []slotRange
 	for _, e := range entries {
-		f, err := redis.Values(e, nil)
+		f, err := redigo.Values(e, nil)
 		if err != nil || len(f) < 3 {
 			return nil, bad("entry", e)
 		}
-		first, err1 := redis.Int(f[0], nil)
-		last, err2 := redis.Int(f[1], nil)
+		first, err1 := redigo.Int(f[0], nil)
+		last, err2 := redigo.Int(f[1], nil)
 		if err1 != nil || err2 != nil || first < 0 || last < first || last >= clusterSlots {
 			return nil, bad("range", f[:2])
 		}
-		n, err := redis.Values(f[2], nil)
+		n, err := redigo.Values(f[2], nil)
 		if err != nil || len(n) < 2 {
 			return nil, bad("node", f[2])
 		}
-		host, err1 := redis.String(n[0], nil)
-		port, err2 := redis.Int(n[1], nil)
+		host, err1 := redigo.String(n[0], nil)
+		port, err2 := redigo.Int(n[1], nil)
 		if err1 != nil || err2 != nil || port <= 0 || port > 65535 {
 			return nil, bad("node", n)
 		}

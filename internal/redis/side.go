@@ -1,4 +1,4 @@
-package tollgate
+package redis
 
 // The side connection: one connection per Redis node, apart from the
 // pool, for the commands outside a request's check (heartbeats, the
@@ -14,7 +14,7 @@ import (
 
 // onSide runs fn on c's side connection, dialling it first if needed; an
 // error from fn closes it.
-func (c *redisClient) onSide(fn func(cn *rconn) error) error {
+func (c *Pool) onSide(fn func(cn *rconn) error) error {
 	c.sideMu.Lock()
 	defer c.sideMu.Unlock()
 	if atomic.LoadInt32(&c.sideStale) == 1 {
@@ -38,9 +38,9 @@ func (c *redisClient) onSide(fn func(cn *rconn) error) error {
 	return nil
 }
 
-// sideRun writes cmds (n commands, pipelined) on the side connection and
+// SideDo writes cmds (n commands, pipelined) on the side connection and
 // reads their n replies (readValues).
-func (c *redisClient) sideRun(cmds []byte, n int) ([][]string, error) {
+func (c *Pool) SideDo(cmds []byte, n int) ([][]string, error) {
 	var out [][]string
 	err := c.onSide(func(cn *rconn) error {
 		if err := cn.nc.SetDeadline(c.now().Add(c.dialTimeout)); err != nil {
@@ -60,25 +60,6 @@ func (c *redisClient) sideRun(cmds []byte, n int) ([][]string, error) {
 		return nil
 	})
 	return out, err
-}
-
-// nodeFor returns the client of the node that serves key (the server in
-// standalone mode); nil while a topology is unknown.
-func (b *backend) nodeFor(key string) *redisClient {
-	if b.client != nil {
-		return b.client
-	}
-	return b.route(key)
-}
-
-// sideDo runs cmds (n commands) on the side connection of key's node.
-func (b *backend) sideDo(key string, cmds []byte, n int) ([][]string, error) {
-	c := b.nodeFor(key)
-	if c == nil {
-		return nil, errNoRoute
-	}
-	atomic.StoreInt64(&b.lastUsed, b.now())
-	return c.sideRun(cmds, n)
 }
 
 // maxReplyBytes bounds the bytes of one reply readValues accepts.
@@ -128,7 +109,7 @@ func readElements(br *bufio.Reader, n int, lenient bool) ([]string, error) {
 			return nil, err
 		}
 		if budget -= len(line); budget < 0 || !lenient && line[0] != ':' && line[0] != '$' || !lenient && string(line) == "$-1" {
-			return nil, errBadReply
+			return nil, ErrBadReply
 		}
 		v, _, err := readScalar(br, line, &budget)
 		if err != nil {
@@ -144,7 +125,7 @@ func replyLine(br *bufio.Reader) ([]byte, error) {
 	line, err := br.ReadSlice('\n')
 	if err != nil || len(line) < 3 || line[len(line)-2] != '\r' {
 		if err == nil || err == bufio.ErrBufferFull {
-			err = errBadReply
+			err = ErrBadReply
 		}
 		return nil, err
 	}
@@ -165,7 +146,7 @@ func readScalar(br *bufio.Reader, line []byte, budget *int) (string, bool, error
 		}
 		size, err := parseCount(line[1:], maxBulkLen)
 		if err != nil || size > *budget {
-			return "", false, errBadReply
+			return "", false, ErrBadReply
 		}
 		*budget -= size
 		b, err := readBulk(br, size)
@@ -174,5 +155,5 @@ func readScalar(br *bufio.Reader, line []byte, budget *int) (string, bool, error
 		}
 		return string(b), false, nil
 	}
-	return "", false, errBadReply
+	return "", false, ErrBadReply
 }

@@ -1,4 +1,4 @@
-package tollgate
+package redis
 
 // Connections that may have outlived their Redis, and the calls that may
 // be tried again.
@@ -46,7 +46,7 @@ const proveAfter = 500 * time.Millisecond
 // or owing only the replies of calls that timed out: its PING drains
 // them), and the least busy suspect one that carries calls. Requires c.mu
 // held.
-func (c *redisClient) usable(notBefore, ns int64) (*rconn, *rconn, *rconn) {
+func (c *Pool) usable(notBefore, ns int64) (*rconn, *rconn, *rconn) {
 	var best, suspect, busy *rconn
 	load, busyLoad := deadLoad, deadLoad
 	for _, cn := range c.conns {
@@ -97,12 +97,12 @@ func (cn *rconn) owesOnly() bool {
 // alone. Answered, cn rejoins the pool proven at the epoch it was taken
 // at. Not answered in time, it rejoins it still suspect (the PING's reply
 // is owed like a timed-out check's: the next proof drains it) and prove
-// returns errTimeout, the check's failure; gone stale, it is dropped and
+// returns ErrTimeout, the check's failure; gone stale, it is dropped and
 // the pool marked silent, as a stale connection does. Dead (a reset, EOF),
 // it is closed, and so are the idle connections as suspect as it was
 // (most likely they share its fate); the rest become suspect. Requires
 // c.mu held; releases it while the PING is out.
-func (c *redisClient) prove(cn *rconn, timeout time.Duration) error {
+func (c *Pool) prove(cn *rconn, timeout time.Duration) error {
 	c.remove(cn)
 	c.proving++ // still counted against poolSize
 	epoch := c.epoch
@@ -116,12 +116,12 @@ func (c *redisClient) prove(cn *rconn, timeout time.Duration) error {
 	// then the connection goes stale and the pool silent.
 	err := cn.exchange(nil, cl, pingCmd, nil, nil, "", writeBudget(timeout), c.now)
 	if err == nil && string(cl.line) != pongReply {
-		err = errBadReply
+		err = ErrBadReply
 	}
 	if err == nil {
 		releaseCall(cl)
 	}
-	late := err == errTimeout || err != nil && isTimeout(err)
+	late := err == ErrTimeout || err != nil && isTimeout(err)
 	dead := cn.deadErr()
 	if err != nil && !late && dead == nil {
 		cn.mu.Lock()
@@ -156,13 +156,13 @@ func (c *redisClient) prove(cn *rconn, timeout time.Duration) error {
 	}
 	c.dialDone.Broadcast()
 	if late {
-		return errTimeout
+		return ErrTimeout
 	}
 	return err
 }
 
 // remove takes cn out of the pool's list. Requires c.mu held.
-func (c *redisClient) remove(cn *rconn) {
+func (c *Pool) remove(cn *rconn) {
 	at := -1
 	for i, x := range c.conns {
 		if x == cn {
@@ -179,7 +179,7 @@ func (c *redisClient) remove(cn *rconn) {
 
 // closeSuspect closes the idle connections that were suspect at epoch.
 // Requires c.mu held.
-func (c *redisClient) closeSuspect(epoch, ns int64) {
+func (c *Pool) closeSuspect(epoch, ns int64) {
 	keep := c.conns[:0]
 	for _, cn := range c.conns {
 		if (cn.epoch != epoch || ns-cn.used >= int64(proveAfter)) && cn.closeIfIdle() {
@@ -201,34 +201,27 @@ func (c *redisClient) closeSuspect(epoch, ns int64) {
 // when Redis is still away, and finds Redis when it is back (a dial that
 // failed during an outage, or that a restart cut, must not fail the
 // first burst after it). Requires c.mu held.
-func (c *redisClient) failingFast(ns int64) bool {
+func (c *Pool) failingFast(ns int64) bool {
 	return c.dialFailed && c.silentAt != 0 && ns-c.silentAt < int64(c.dialTimeout)
 }
 
 // forget closes the idle connections of a node the topology no longer
 // uses, and keeps any dialled or proven from now on out of its pool.
-func (c *redisClient) forget() {
+func (c *Pool) forget() {
 	c.mu.Lock()
 	c.forgotten = true
 	c.mu.Unlock()
-	c.closeIdle()
+	c.CloseIdle()
 }
 
 // suspect marks every connection of the pool as possibly outlived by its
 // Redis: each proves itself before its next check; the side connection is
 // dialled again before its next use.
-func (c *redisClient) suspect() {
+func (c *Pool) suspect() {
 	c.mu.Lock()
 	c.epoch++
 	c.mu.Unlock()
 	atomic.StoreInt32(&c.sideStale, 1)
-}
-
-// suspectAll is suspect for every node of the backend.
-func (b *backend) suspectAll() {
-	for _, c := range b.clients() {
-		c.suspect()
-	}
 }
 
 // neverSent reports an error of a call that cannot have reached Redis
@@ -238,8 +231,8 @@ func neverSent(err error) bool { return err == errWrite || err == errNotSent }
 // connLost reports an error of a connection that failed as a whole (the
 // server closed it, a write failed), as opposed to a timeout or a reply.
 func connLost(err error) bool {
-	return err == errWrite || err == errNotSent || err != errTimeout && err != errStale && err != errOwed && err != errBadReply && err != errNoScript && err != errRedirect &&
-		err != errReadOnly && err != errQueueFull && err != errDialFailed && !isTimeout(err)
+	return err == errWrite || err == errNotSent || err != ErrTimeout && err != errStale && err != errOwed && err != ErrBadReply && err != errNoScript && err != errRedirect &&
+		err != errReadOnly && err != ErrQueueFull && err != ErrDialFailed && !isTimeout(err)
 }
 
 // replyFault reports an error that says nothing of whether the pool's
@@ -249,8 +242,8 @@ func connLost(err error) bool {
 // every connection for it would add a PING to the next checks of a pod
 // already late). A connection that stays silent goes stale (errStale).
 func replyFault(err error) bool {
-	return err == errNoScript || err == errRedirect || err == errReadOnly || err == errQueueFull || err == errDialFailed ||
-		err == errTimeout || isTimeout(err)
+	return err == errNoScript || err == errRedirect || err == errReadOnly || err == ErrQueueFull || err == ErrDialFailed ||
+		err == ErrTimeout || isTimeout(err)
 }
 
 // restarted reports whether next, dialled after lost ended, reaches
@@ -279,7 +272,7 @@ func lostUnder(err error) bool {
 // has restarted since, which a connection dialled now tells by its
 // CLIENT ID: lower than the lost connection's (IDs start again with the
 // process). Anything else may have run, and is not run again.
-func (c *redisClient) retry(cn *rconn, cl *call, err error, pre *call, prefix []byte, cmd *command, head []byte, key string, timeout time.Duration) (*call, error) {
+func (c *Pool) retry(cn *rconn, cl *call, err error, pre *call, prefix []byte, cmd *Command, head []byte, key string, timeout time.Duration) (*call, error) {
 	if !replyFault(err) {
 		c.suspect()
 	}

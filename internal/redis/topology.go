@@ -1,9 +1,9 @@
-package tollgate
+package redis
 
 // Where a check goes: one server (standalone), the primary the sentinels
 // name (Sentinel), or the node that owns the key's slot (Redis Cluster).
 //
-// A backend has one redisClient (pool) per node it talks to. In sentinel
+// A backend has one Pool (pool) per node it talks to. In sentinel
 // and cluster modes the map from keys to nodes (the topology) is learnt off
 // the request's clock, by a short-lived goroutine (refresh) that asks the
 // sentinels (SENTINEL get-master-addr-by-name) or a node (CLUSTER SLOTS):
@@ -23,7 +23,6 @@ package tollgate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
 	"net"
@@ -33,21 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-)
-
-// Modes (redis.mode).
-const (
-	modeStandalone = iota
-	modeSentinel
-	modeCluster
-)
-
-// Errors of the topology.
-var (
-	errNoRoute  = errors.New("tollgate: no redis node is known for the key yet")
-	errRedirect = errors.New("tollgate: redis redirected the check")
-	errReadOnly = errors.New("tollgate: redis answered as a read-only replica")
+	redigo "github.com/gomodule/redigo/redis"
 )
 
 const (
@@ -62,10 +47,10 @@ const (
 // topology is a backend's map from keys to nodes. Guarded by its mu.
 type topology struct {
 	mu      sync.Mutex
-	nodes   map[string]*redisClient // by address, every node in use
-	primary *redisClient            // sentinel: the current primary
-	slots   []*redisClient          // cluster: owner by slot; nil until known
-	extra   []string                // nodes named only by redirections, oldest first
+	nodes   map[string]*Pool // by address, every node in use
+	primary *Pool            // sentinel: the current primary
+	slots   []*Pool          // cluster: owner by slot; nil until known
+	extra   []string         // nodes named only by redirections, oldest first
 
 	refreshing  int32 // 1 while a refresh runs
 	lastRefresh int64 // Unix ns of the last refresh started
@@ -74,15 +59,15 @@ type topology struct {
 }
 
 // route returns the client for key, or nil while the topology is unknown.
-func (b *backend) route(key string) *redisClient {
+func (rc *Client) route(key string) *Pool {
 	slot := 0
-	if b.base.mode == modeCluster {
-		slot = keySlot(key)
+	if rc.opts.Mode == Cluster {
+		slot = KeySlot(key)
 	}
-	t := &b.topo
+	t := &rc.topo
 	t.mu.Lock()
 	c := t.primary
-	if b.base.mode == modeCluster && t.slots != nil {
+	if rc.opts.Mode == Cluster && t.slots != nil {
 		c = t.slots[slot]
 	}
 	t.mu.Unlock()
@@ -99,30 +84,27 @@ const maxExtraNodes = 16
 // use. learnt says the topology named it (CLUSTER SLOTS, the sentinels);
 // a node named only by a redirection is an extra, forgotten when more than
 // maxExtraNodes are held or when the next refresh does not name it.
-// Requires that b.topo.mu is held.
-func (b *backend) node(addr string, learnt bool) *redisClient {
-	if c, ok := b.topo.nodes[addr]; ok {
+// Requires that rc.topo.mu is held.
+func (rc *Client) node(addr string, learnt bool) *Pool {
+	if c, ok := rc.topo.nodes[addr]; ok {
 		if learnt {
-			b.topo.unmarkExtra(addr)
+			rc.topo.unmarkExtra(addr)
 		}
 		return c
 	}
-	set := b.base
-	set.addr = addr
-	c, err := newRedisClient(set)
-	if err != nil { // TLS files were read when the backend was created
-		return nil
-	}
-	c.onDialError = func(err error) { b.dialFailed(err) }
-	b.topo.nodes[addr] = c
+	opts := rc.opts
+	opts.Addr = addr
+	c := NewPool(opts)
+	c.onDialError = func(err error) { rc.dialFailed(err) }
+	rc.topo.nodes[addr] = c
 	if !learnt {
-		b.topo.extra = append(b.topo.extra, addr)
-		if len(b.topo.extra) > maxExtraNodes {
-			b.topo.forgetNode(b.topo.extra[0])
-			b.topo.extra = b.topo.extra[1:]
+		rc.topo.extra = append(rc.topo.extra, addr)
+		if len(rc.topo.extra) > maxExtraNodes {
+			rc.topo.forgetNode(rc.topo.extra[0])
+			rc.topo.extra = rc.topo.extra[1:]
 		}
 	}
-	c.warm()
+	c.Warm()
 	return c
 }
 
@@ -157,43 +139,43 @@ func (t *topology) forgetNode(addr string) {
 }
 
 // forget closes the idle connections of nodes no longer in use (keep), and
-// forgets them. Requires that b.topo.mu is held.
-func (b *backend) forget(keep map[*redisClient]bool) {
-	b.topo.extra = nil
+// forgets them. Requires that rc.topo.mu is held.
+func (rc *Client) forget(keep map[*Pool]bool) {
+	rc.topo.extra = nil
 
-	for addr, c := range b.topo.nodes {
+	for addr, c := range rc.topo.nodes {
 		if !keep[c] {
 			c.forget()
-			delete(b.topo.nodes, addr)
+			delete(rc.topo.nodes, addr)
 		}
 	}
 }
 
 // topologyCheck is backend.check's path for sentinel and cluster modes:
 // the check on the key's node, following one redirection.
-func (b *backend) topologyCheck(cmd *command, key string, d []int64, o *redisSettings) error {
-	if b.base.mode == modeSentinel && atomic.LoadInt32(&b.topo.watching) == 0 {
-		b.watch()
+func (rc *Client) topologyCheck(cmd *Command, key string, d []int64, timeout time.Duration) error {
+	if rc.opts.Mode == Sentinel && atomic.LoadInt32(&rc.topo.watching) == 0 {
+		rc.watch()
 	}
-	start := b.now()
-	c := b.route(key)
+	start := rc.now()
+	c := rc.route(key)
 	if c == nil {
-		b.refresh()
-		return errNoRoute
+		rc.Refresh()
+		return ErrNoRoute
 	}
-	cl, err := c.call(cmd, key, o.timeout)
-	if err == errDialFailed || neverSent(err) {
+	cl, err := c.call(cmd, key, timeout)
+	if err == ErrDialFailed || neverSent(err) {
 		// The node is gone and the check never reached it: a failover
 		// nobody has seen yet (no traffic since). Learn the topology now
 		// and try the key's node once more if it changed.
-		b.relearn(start)
-		if next := b.route(key); next != nil && next != c {
+		rc.relearn(start)
+		if next := rc.route(key); next != nil && next != c {
 			c = next
-			cl, err = c.call(cmd, key, o.timeout)
+			cl, err = c.call(cmd, key, timeout)
 		}
 	}
 	if err == errRedirect {
-		return b.redirected(cmd, key, d, cl.line, c.set.addr, o)
+		return rc.redirected(cmd, key, d, cl.line, c.opts.Addr, timeout)
 	}
 	if err != nil {
 		return err
@@ -207,16 +189,16 @@ func (b *backend) topologyCheck(cmd *command, key string, d []int64, o *redisSet
 // a time, and the checks that failed meanwhile use what it learnt. A
 // refresh in progress (off the request's clock) is waited for, within the
 // dial budget.
-func (b *backend) relearn(since int64) {
-	deadline := b.now() + int64(dialTimeoutFor(b.base.timeout))
-	for atomic.LoadInt64(&b.topo.learnt) < since && b.now() < deadline {
-		if atomic.LoadInt32(&b.topo.refreshing) == 0 {
-			if b.now()-atomic.LoadInt64(&b.topo.lastRefresh) < int64(minRefresh) {
+func (rc *Client) relearn(since int64) {
+	deadline := rc.now() + int64(DialTimeout(rc.opts.Timeout))
+	for atomic.LoadInt64(&rc.topo.learnt) < since && rc.now() < deadline {
+		if atomic.LoadInt32(&rc.topo.refreshing) == 0 {
+			if rc.now()-atomic.LoadInt64(&rc.topo.lastRefresh) < int64(minRefresh) {
 				return // one began less than minRefresh ago: its map stands
 			}
-			if atomic.CompareAndSwapInt32(&b.topo.refreshing, 0, 1) {
-				atomic.StoreInt64(&b.topo.lastRefresh, b.now())
-				b.refreshNow()
+			if atomic.CompareAndSwapInt32(&rc.topo.refreshing, 0, 1) {
+				atomic.StoreInt64(&rc.topo.lastRefresh, rc.now())
+				rc.refreshNow()
 				return
 			}
 		}
@@ -228,30 +210,30 @@ func (b *backend) relearn(since int64) {
 // MOVED updates the slot at once (and asks for a refresh), ASK runs the
 // check after ASKING without updating the map. A target with no host
 // (Redis's unknown endpoint) is on from's host, as in CLUSTER SLOTS.
-func (b *backend) redirected(cmd *command, key string, d []int64, line []byte, from string, o *redisSettings) error {
+func (rc *Client) redirected(cmd *Command, key string, d []int64, line []byte, from string, timeout time.Duration) error {
 	isAsk, slot, addr, ok := parseRedirect(line)
 	if !ok {
-		return errBadReply
+		return ErrBadReply
 	}
 	if host, port, _ := net.SplitHostPort(addr); host == "" || host == "?" {
 		fromHost, _, _ := net.SplitHostPort(from)
 		addr = net.JoinHostPort(fromHost, port)
 	}
-	b.topo.mu.Lock()
-	target := b.node(addr, false)
-	if !isAsk && target != nil && b.topo.slots != nil {
-		b.topo.slots[slot] = target
+	rc.topo.mu.Lock()
+	target := rc.node(addr, false)
+	if !isAsk && target != nil && rc.topo.slots != nil {
+		rc.topo.slots[slot] = target
 	}
-	b.topo.mu.Unlock()
+	rc.topo.mu.Unlock()
 	if target == nil {
-		b.refresh()
+		rc.Refresh()
 		return errRedirect
 	}
 	if isAsk {
-		return target.checkAsking(cmd, key, d, o.timeout)
+		return target.checkAsking(cmd, key, d, timeout)
 	}
-	b.refresh()
-	return target.check(cmd, key, d, o.timeout)
+	rc.Refresh()
+	return target.check(cmd, key, d, timeout)
 }
 
 // parseRedirect parses "-MOVED 3999 127.0.0.1:6381\r\n" or "-ASK ...":
@@ -273,59 +255,59 @@ func parseRedirect(line []byte) (isAsk bool, slot int, addr string, ok bool) {
 
 // refresh starts a topology refresh unless one runs or one started less
 // than minRefresh ago.
-func (b *backend) refresh() {
-	t := &b.topo
-	ns := b.now()
+func (rc *Client) Refresh() {
+	t := &rc.topo
+	ns := rc.now()
 	last := atomic.LoadInt64(&t.lastRefresh)
 	if ns-last < int64(minRefresh) || !atomic.CompareAndSwapInt32(&t.refreshing, 0, 1) {
 		return
 	}
 	atomic.StoreInt64(&t.lastRefresh, ns)
-	go b.refreshNow()
+	go rc.refreshNow()
 }
 
-// refreshSync learns the topology now, unless a refresh runs (the
+// RefreshSync learns the topology now, unless a refresh runs (the
 // prober's, off the request's clock).
-func (b *backend) refreshSync() {
-	if atomic.CompareAndSwapInt32(&b.topo.refreshing, 0, 1) {
-		atomic.StoreInt64(&b.topo.lastRefresh, b.now())
-		b.refreshNow()
+func (rc *Client) RefreshSync() {
+	if atomic.CompareAndSwapInt32(&rc.topo.refreshing, 0, 1) {
+		atomic.StoreInt64(&rc.topo.lastRefresh, rc.now())
+		rc.refreshNow()
 	}
 }
 
 // refreshNow learns the topology (a goroutine of its own: see refresh).
-func (b *backend) refreshNow() {
+func (rc *Client) refreshNow() {
 	defer func() {
 		if r := recover(); r != nil {
-			log.Printf("tollgate: redis %s: refreshing the topology: recovered from a panic: %v", b.describe(), r)
+			log.Printf("tollgate: redis %s: refreshing the topology: recovered from a panic: %v", rc.Describe(), r)
 		}
-		atomic.StoreInt32(&b.topo.refreshing, 0)
+		atomic.StoreInt32(&rc.topo.refreshing, 0)
 	}()
 	var err error
-	if b.base.mode == modeSentinel {
-		err = b.resolvePrimary()
+	if rc.opts.Mode == Sentinel {
+		err = rc.resolvePrimary()
 	} else {
-		err = b.loadSlots()
+		err = rc.loadSlots()
 	}
 	if err != nil {
-		b.logFailure(b.now(), err, &b.base)
+		rc.hooks.refreshFailed(err)
 		return
 	}
-	atomic.StoreInt64(&b.topo.learnt, b.now())
+	atomic.StoreInt64(&rc.topo.learnt, rc.now())
 }
 
 // checkAsking runs a check on this node after ASKING (a slot being
 // migrated to it). ASKING holds for one command only, so the call is EVAL
 // (a NOSCRIPT answer could not be followed by EVAL without asking again);
 // ASKING and EVAL go in one write.
-func (c *redisClient) checkAsking(cmd *command, key string, d []int64, timeout time.Duration) error {
+func (c *Pool) checkAsking(cmd *Command, key string, d []int64, timeout time.Duration) error {
 	pre := newCall()
 	cl, err := c.roundTrip(pre, askingCmd, cmd, cmd.evalHead, key, timeout, 0)
 	if err != nil {
 		return err
 	}
 	if string(pre.line) != "+OK\r\n" {
-		return errBadReply
+		return ErrBadReply
 	}
 	return decode(cl.line, d)
 }
@@ -334,8 +316,8 @@ var askingCmd = []byte("*1\r\n$6\r\nASKING\r\n")
 
 // adminDo runs one command on a fresh connection to addr (user and
 // password for AUTH), for topology queries; the connection is closed.
-func (b *backend) adminDo(addr, user, pass string, db int64, cmd string, args ...interface{}) (interface{}, error) {
-	conn, err := b.adminConn(addr, user, pass, db, func(net.Conn) {})
+func (rc *Client) adminDo(addr, user, pass string, db int64, cmd string, args ...interface{}) (interface{}, error) {
+	conn, err := rc.adminConn(addr, user, pass, db, func(net.Conn) {})
 	if err != nil {
 		return nil, fmt.Errorf("dialing %q: %w", addr, err)
 	}
@@ -345,11 +327,11 @@ func (b *backend) adminDo(addr, user, pass string, db int64, cmd string, args ..
 
 // adminConn dials addr for a topology query or subscription, within the
 // dial budget, with the deployment's TLS (each node verified by its own
-// address: b.tlsConf names no server) and the given credentials; got
+// address: rc.opts.TLS names no server) and the given credentials; got
 // receives the raw connection.
-func (b *backend) adminConn(addr, user, pass string, db int64, got func(net.Conn)) (redis.Conn, error) {
-	deadline := time.Now().Add(dialTimeoutFor(b.base.timeout))
+func (rc *Client) adminConn(addr, user, pass string, db int64, got func(net.Conn)) (redigo.Conn, error) {
+	deadline := time.Now().Add(DialTimeout(rc.opts.Timeout))
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	return redis.DialContext(ctx, "tcp", addr, dialOptions(b.tlsConf, deadline, user, pass, db, adminBytes, got)...)
+	return redigo.DialContext(ctx, "tcp", addr, dialOptions(rc.opts.TLS, deadline, user, pass, db, adminBytes, got)...)
 }

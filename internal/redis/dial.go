@@ -1,0 +1,199 @@
+package redis
+
+// A connection to Redis: dial, TLS, and the handshake (AUTH or ACL,
+// CLIENT SETNAME, SELECT), all through redigo within one dial budget; then
+// the raw connection is the client's own, shared by the checks (wire.go)
+// in a pool (pool.go). Under Yaegi the client's own exchange costs about a
+// third of redigo's Pool + Script.Do (see BENCHMARKS.md).
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	redigo "github.com/gomodule/redigo/redis"
+)
+
+// A dial (connect, TLS, AUTH, SELECT) does not run on a request's clock (see
+// dialAsync); it has 100 times the check's timeout, within these bounds. A
+// Redis that cannot complete one in that time is unavailable: the failure
+// counts toward the breaker (onDialError).
+const (
+	minDialTimeout = 250 * time.Millisecond
+	maxDialTimeout = 2 * time.Second
+)
+
+// DialTimeout returns the dial budget for a check timeout.
+func DialTimeout(timeout time.Duration) time.Duration {
+	d := 100 * timeout
+	if d < minDialTimeout {
+		return minDialTimeout
+	}
+	if d > maxDialTimeout {
+		return maxDialTimeout
+	}
+	return d
+}
+
+// dial connects, authenticates and selects the database, all before
+// deadline, through redigo; then keeps the raw connection for checks.
+func (c *Pool) dial(deadline time.Time, loadScript bool) (*rconn, error) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	var raw net.Conn
+	opts := dialOptions(c.opts.TLS, deadline, c.opts.Username, c.opts.Password, c.opts.DB, handshakeBytes, func(nc net.Conn) { raw = nc })
+	conn, err := redigo.DialContext(ctx, "tcp", c.opts.Addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dialing redis %q: %w", c.opts.Addr, err)
+	}
+	if raw == nil {
+		return nil, fmt.Errorf("dialing redis %q: no connection", c.opts.Addr)
+	}
+	// Load the script with the handshake, off the request's clock: a
+	// burst's first checks on a fresh (or restarted) Redis would otherwise
+	// all be answered NOSCRIPT and all send the script's body again. A user
+	// without +script|load falls back to that (EVAL on NOSCRIPT).
+	if !loadScript || c.opts.Script == nil {
+		return newConn(raw), nil
+	}
+	sha, err := redigo.String(conn.Do("SCRIPT", "LOAD", c.opts.Script.Body))
+	if err != nil && !strings.HasPrefix(err.Error(), "NOPERM") {
+		_ = raw.Close()
+		return nil, fmt.Errorf("dialing redis %q: loading the script: %w", c.opts.Addr, err)
+	}
+	if err == nil && sha != c.opts.Script.SHA {
+		_ = raw.Close()
+		return nil, fmt.Errorf("dialing redis %q: loading the script: %w: SHA %q", c.opts.Addr, ErrBadReply, sha)
+	}
+	// The connection's CLIENT ID, which grows with every connection a
+	// Redis process accepts and starts again at a restart (stale.go: a
+	// lower ID on a later connection means a restarted Redis). Unknown
+	// (0) without +client|id.
+	reply, err := conn.Do("CLIENT", "ID")
+	if err != nil && !isErrorReply(err) {
+		_ = raw.Close()
+		return nil, fmt.Errorf("dialing redis %q: reading the client id: %w", c.opts.Addr, err)
+	}
+	cn := newConn(raw)
+	if id, err := redigo.Int64(reply, err); err == nil && id > 0 {
+		cn.id = id
+	}
+	// The server process's run_id (INFO server), which a restart
+	// changes: unknown ("") without +info, and then CLIENT ID tells.
+	reply, err = conn.Do("INFO", "server")
+	if err != nil && !isErrorReply(err) {
+		_ = raw.Close()
+		return nil, fmt.Errorf("dialing redis %q: reading the server's run id: %w", c.opts.Addr, err)
+	}
+	if info, err := redigo.String(reply, err); err == nil {
+		cn.run = runID(info)
+	}
+	return cn, nil
+}
+
+// runID returns the run_id field of an INFO reply: 40 hexadecimal
+// characters, or "" when there is none such.
+func runID(info string) string {
+	i := strings.Index(info, "\nrun_id:")
+	if i < 0 || len(info) < i+8+40 {
+		return ""
+	}
+	id := info[i+8 : i+8+40]
+	for j := 0; j < len(id); j++ {
+		if c := id[j]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return ""
+		}
+	}
+	return id
+}
+
+// isErrorReply reports an error redigo made of an error reply (NOPERM,
+// ERR unknown command, a proxy's own text), as opposed to the
+// connection's: a network error, EOF, or redigo's protocol error. (No
+// type assertion on errors: see STYLE.)
+func isErrorReply(err error) bool {
+	var ne net.Error
+	return !errors.As(err, &ne) && err != io.EOF && err != io.ErrUnexpectedEOF && err != errReplyTooLong &&
+		!strings.HasPrefix(err.Error(), "redigo: ")
+}
+
+// Bounds on what redigo may read on one connection, in all: redigo bounds
+// each length it reads but not a reply's total, and holds 10-14 times the
+// bytes of nested empty arrays it parses. A node's reply is untrusted.
+const (
+	handshakeBytes = 16 << 10  // AUTH, CLIENT SETNAME, SELECT, SCRIPT LOAD: a few lines
+	adminBytes     = 128 << 10 // a topology query: CLUSTER SLOTS of hundreds of nodes
+)
+
+// errReplyTooLong is a node that sent more than redigo may read.
+var errReplyTooLong = errors.New("tollgate: redis sent more than a handshake or topology reply may hold")
+
+// budgetConn is a connection as redigo reads it: at most left bytes more.
+type budgetConn struct {
+	net.Conn
+	left int
+}
+
+func (bc *budgetConn) Read(p []byte) (int, error) {
+	if bc.left <= 0 {
+		return 0, errReplyTooLong
+	}
+	if len(p) > bc.left {
+		p = p[:bc.left]
+	}
+	n, err := bc.Conn.Read(p)
+	bc.left -= n
+	return n, err
+}
+
+// dialOptions are redigo's options for a connection that must be ready by
+// deadline: TCP (and TLS with tlsConf) with the deadline set, AUTH (with
+// username when set), SELECT db, CLIENT SETNAME tollgate; redigo reads at
+// most budget bytes of it. got receives the raw connection.
+func dialOptions(tlsConf *tls.Config, deadline time.Time, username, password string, db int64, budget int, got func(net.Conn)) []redigo.DialOption {
+	opts := []redigo.DialOption{
+		redigo.DialContextFunc(func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var d net.Dialer
+			nc, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			_ = nc.SetDeadline(deadline)
+			if tlsConf != nil {
+				conf := tlsConf
+				if conf.ServerName == "" {
+					// A node named by the topology (Cluster, Sentinel):
+					// verify it by its own host.
+					conf = conf.Clone()
+					conf.ServerName, _, _ = net.SplitHostPort(addr)
+				}
+				tc := tls.Client(nc, conf)
+				if err := tc.HandshakeContext(ctx); err != nil {
+					_ = nc.Close()
+					return nil, err
+				}
+				nc = tc
+			}
+			got(nc)
+			return &budgetConn{Conn: nc, left: budget}, nil
+		}),
+		redigo.DialReadTimeout(time.Until(deadline)),
+		redigo.DialWriteTimeout(time.Until(deadline)),
+		redigo.DialClientName("tollgate"),
+	}
+	if password != "" {
+		opts = append(opts, redigo.DialPassword(password))
+		if username != "" {
+			opts = append(opts, redigo.DialUsername(username))
+		}
+	}
+	if db != 0 {
+		opts = append(opts, redigo.DialDatabase(int(db)))
+	}
+	return opts
+}

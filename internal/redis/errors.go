@@ -1,0 +1,74 @@
+package redis
+
+import (
+	"errors"
+	"net"
+)
+
+// Errors a caller may branch on. Any other error of a check is a
+// connection's (a reset, EOF) or a reply's; Kind sorts them all.
+var (
+	ErrTimeout    = errors.New("tollgate: redis did not answer within the timeout")
+	ErrBadReply   = errors.New("tollgate: unexpected reply from redis")
+	ErrQueueFull  = errors.New("tollgate: too many checks in flight on one redis connection")
+	ErrDialFailed = errors.New("tollgate: dialing redis failed")
+	ErrNoRoute    = errors.New("tollgate: no redis node is known for the key yet")
+)
+
+// Errors of the wire and the topology, sorted by Kind.
+var (
+	errNoScript = errors.New("tollgate: redis does not hold the script (NOSCRIPT)")
+	errConnDead = errors.New("tollgate: redis connection closed")
+	errWrite    = errors.New("tollgate: writing to redis failed: connection closed")
+	errOwed     = errors.New("tollgate: redis connection failed with the reply owed")
+	errStale    = errors.New("tollgate: redis owes replies past their deadline: connection closed")
+	errNotSent  = errors.New("tollgate: redis connection closed before the call was written")
+	errRedirect = errors.New("tollgate: redis redirected the check")
+	errReadOnly = errors.New("tollgate: redis answered as a read-only replica")
+)
+
+// Kinds of failure (Kind).
+const (
+	KindTimeout    = iota // no answer within the timeout, or a connection gone silent
+	KindDial              // no connection: dials fail (ErrDialFailed)
+	KindConnection        // a connection closed, reset or failed a write
+	KindReply             // a reply no call expects (ErrBadReply, an error reply)
+	KindRedirect          // a redirection not followed (MOVED, ASK)
+	KindReadOnly          // a replica answered (READONLY)
+	KindNoRoute           // the key's node is not known yet (ErrNoRoute)
+	KindQueueFull         // too many calls on one connection (ErrQueueFull)
+	Kinds                 // the number of kinds
+)
+
+// Kind sorts a check's error.
+func Kind(err error) int {
+	switch err {
+	case ErrTimeout, errStale:
+		return KindTimeout
+	case ErrDialFailed:
+		return KindDial
+	case errConnDead, errWrite, errOwed:
+		return KindConnection
+	case errRedirect:
+		return KindRedirect
+	case errReadOnly:
+		return KindReadOnly
+	case ErrNoRoute:
+		return KindNoRoute
+	case ErrQueueFull:
+		return KindQueueFull
+	}
+	if isTimeout(err) {
+		return KindTimeout
+	}
+	if connLost(err) {
+		return KindConnection
+	}
+	return KindReply
+}
+
+// isTimeout reports a network timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
