@@ -39,7 +39,8 @@ func needServer(t testing.TB) string {
 }
 
 // Start starts a redis-server (no persistence) on a free loopback port
-// for the test, with extra arguments, and returns its address.
+// for the test, with extra arguments ("{port}" in one is the port), and
+// returns its address.
 func Start(t testing.TB, extra ...string) string {
 	t.Helper()
 	bin := needServer(t)
@@ -57,8 +58,11 @@ func Start(t testing.TB, extra ...string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		args := append([]string{bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-			"--dir", dir, "--daemonize", "no", "--loglevel", "warning"}, extra...)
+		args := []string{bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--dir", dir, "--daemonize", "no", "--loglevel", "warning"}
+		for _, e := range extra {
+			args = append(args, strings.Replace(e, "{port}", port, -1))
+		}
 		proc, err := os.StartProcess(bin, args, &os.ProcAttr{Dir: dir, Files: []*os.File{devnull, logf, logf}})
 		devnull.Close()
 		logf.Close()
@@ -87,7 +91,7 @@ func Start(t testing.TB, extra ...string) string {
 // two slots (CROSSSLOT) like any Cluster.
 func StartCluster(t testing.TB) string {
 	t.Helper()
-	addr := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	addr := Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes-{port}.conf")
 	Do(t, addr, "CLUSTER", "ADDSLOTSRANGE", "0", "16383")
 	for i := 0; i < 250; i++ {
 		if v := Do(t, addr, "CLUSTER", "INFO"); len(v) == 1 && strings.Contains(v[0], "cluster_state:ok") {
