@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
@@ -42,7 +43,7 @@ type backend struct {
 
 	probing int32 // 1 while probeLoop runs
 
-	metrics backendMetrics // served by a serveMetrics middleware (metrics.go)
+	metrics metrics.Redis // served by a serveMetrics middleware (metrics.go)
 
 	lastUsed int64 // the last check
 	lastLog  int64 // the last failure logged
@@ -85,7 +86,7 @@ func redisCheck(b *backend, cmd *redis.Command, key string, d []int64, o *redisS
 		b.failedCheck(ns, err, o)
 		return err
 	}
-	if ns-atomic.LoadInt64(&b.breaker.window) >= breakerWindow || ns&(histSample-1) == 0 || hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
+	if ns-atomic.LoadInt64(&b.breaker.window) >= breakerWindow || ns&(metrics.HistSample-1) == 0 || hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
 		b.tick(hb, ns, o)
 	}
 	atomic.AddInt64(&b.breaker.checks, 1)
@@ -94,10 +95,10 @@ func redisCheck(b *backend, cmd *redis.Command, key string, d []int64, o *redisS
 
 // tick is redisCheck's rare bookkeeping after a success begun at ns: the
 // breaker's window rolled, the check timed (the clock's low bits pick one
-// in histSample), a heartbeat due.
+// in metrics.HistSample), a heartbeat due.
 func (b *backend) tick(hb *heartbeat, ns int64, o *redisSettings) {
-	if ns&(histSample-1) == 0 {
-		b.metrics.observe(b.now() - ns)
+	if ns&(metrics.HistSample-1) == 0 {
+		b.metrics.Observe(b.now() - ns)
 	}
 	b.breaker.roll(ns)
 	if hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
@@ -158,8 +159,8 @@ func podFault(err error) bool {
 // clock's low bits pick it, as tick does).
 func (b *backend) failedCheck(start int64, err error, o *redisSettings) {
 	now := b.now()
-	if start&(histSample-1) == 0 {
-		b.metrics.observe(now - start)
+	if start&(metrics.HistSample-1) == 0 {
+		b.metrics.Observe(now - start)
 	}
 	b.failed(now, err, o)
 }
@@ -172,7 +173,7 @@ func (b *backend) failed(ns int64, err error, o *redisSettings) {
 		b.rc.Refresh() // a node down, a failover, a slot moved
 	}
 	if err != errBreakerOpen {
-		atomic.AddInt64(&b.metrics.errors[reasonOf(err)], 1)
+		atomic.AddInt64(&b.metrics.Errors[redis.Kind(err)], 1)
 	}
 	if !podFault(err) {
 		atomic.AddInt64(&b.failures, 1)
@@ -193,7 +194,7 @@ func (b *backend) dialFailed(err error) {
 	set := b.latest()
 	ns := b.now()
 	atomic.AddInt64(&b.failures, 1)
-	atomic.AddInt64(&b.metrics.errors[reasonDial], 1)
+	atomic.AddInt64(&b.metrics.Errors[redis.KindDial], 1)
 	b.logFailure(ns, err, &set)
 	if b.base.mode != redis.Standalone {
 		// A node that failed over: the checks waiting for this dial learn

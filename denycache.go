@@ -137,7 +137,7 @@ func (c *denyCache) remember(key string, d []int64) {
 	}
 	c.mu.Unlock()
 	if watch {
-		shared.metrics.watchDeny(c, now) // after the lock: the registry's comes first (denyEntries)
+		shared.denies.watch(c, now) // after the lock: the watch's comes first (entries)
 	}
 }
 
@@ -171,4 +171,61 @@ func (c *denyCache) evict(now int64) {
 		}
 		delete(c.entries, k)
 	}
+}
+
+// denyWatch is the deny caches holding entries, for
+// tollgate_deny_cache_entries (in the registry: shared.denies). Safe for
+// concurrent use.
+type denyWatch struct {
+	mu     sync.Mutex
+	denies map[*denyCache]bool // caches holding entries (denyCache.remember)
+}
+
+// watch counts c's entries in tollgate_deny_cache_entries; c calls it
+// at now when it takes a refusal while empty or holding only expired ones.
+// Caches whose refusals have all expired are dropped from the watch here,
+// once it holds pruneWatchedAt (a reload leaves its instances' caches
+// behind: they must not be kept), and at each scrape.
+func (r *denyWatch) watch(c *denyCache, now int64) {
+	r.mu.Lock()
+	if len(r.denies) >= pruneWatchedAt {
+		for w := range r.denies {
+			if atomic.LoadInt64(&w.latest) <= now {
+				delete(r.denies, w)
+			}
+		}
+	}
+	r.denies[c] = true
+	r.mu.Unlock()
+}
+
+// pruneWatchedAt is how many deny caches are watched before expired ones
+// are looked for (an atomic load each).
+const pruneWatchedAt = 8
+
+// entries drops expired refusals from the watched caches and returns
+// the entries left; caches left empty stop being watched (they watch
+// themselves again on their next refusal). The caches are pruned outside
+// the registry's lock.
+func (r *denyWatch) entries() int64 {
+	r.mu.Lock()
+	caches := make([]*denyCache, 0, len(r.denies))
+	for c := range r.denies {
+		caches = append(caches, c)
+	}
+	r.mu.Unlock()
+	var n int64
+	for _, c := range caches {
+		c.prune()
+		if k := atomic.LoadInt64(&c.n); k > 0 {
+			n += k
+		} else {
+			r.mu.Lock()
+			if atomic.LoadInt64(&c.n) == 0 {
+				delete(r.denies, c)
+			}
+			r.mu.Unlock()
+		}
+	}
+	return n
 }

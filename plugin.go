@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
@@ -148,10 +149,11 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	now := shared.now()
 	for _, p := range append(append(set.rules, set.top), set.plans...) {
 		if p != nil {
-			p.m = shared.metrics.policy(set.class, p.name, now)
+			p.m = shared.metrics.Policy(set.class, p.name, now)
 		}
 	}
-	shared.metrics.class(set.class, t.hb, set.replicas, now)
+	hb, floor := t.hb, set.replicas
+	shared.metrics.Class(set.class, func(now int64) int64 { return replicasSeen(hb, floor, now) }, now)
 	if set.top != nil {
 		t.top = withHeaders(newPolicySet([]*policy{set.top}, set.keyLen), set.headers)
 		t.plain = len(set.rules) == 0 && t.top.plain && set.plans == nil && set.exempt == nil
@@ -182,7 +184,7 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 		s.cmd = s.cmd.Whole()
 	}
 	m := ps[0].m
-	s.admitted = [2]*int64{&m.n[decidedRedis*nResults+resultAllowed], &m.n[decidedLocal*nResults+resultAllowed]}
+	s.admitted = [2]*int64{&m.N[decidedRedis*metrics.NResults+metrics.Allowed], &m.N[decidedLocal*metrics.NResults+metrics.Allowed]}
 	s.nearBelow = (int64(ps[0].lim.burst) + 4) / 5
 	if s.shadow {
 		for _, p := range ps {
@@ -403,10 +405,10 @@ func (t *Tollgate) unavailableHeaders(rw http.ResponseWriter, set *policySet) in
 
 // How a request was decided (DecisionHeader).
 const (
-	decidedRedis = iota
-	decidedLocal
-	decidedUnavailable
-	decidedCache // a refusal from Redis still in force (denycache.go)
+	decidedRedis       = metrics.ByRedis
+	decidedLocal       = metrics.ByLocal
+	decidedUnavailable = metrics.ByUnavailable
+	decidedCache       = metrics.ByCache // a refusal from Redis still in force (denycache.go)
 )
 
 // decisionValues are the DecisionHeader values by decision, assigned to the

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/tollgate-dev/tollgate/internal/metrics"
 )
 
 // policy is one compiled bucket shape with its name and failure mode.
@@ -21,8 +23,8 @@ type policy struct {
 	periodUS   float64 // the period, µs
 	periodSecs int64   // w in RateLimit-Policy
 	failClosed bool
-	shadow     bool           // never refuses (Config.Shadow)
-	m          *policyMetrics // its counters (metrics.go); set by New
+	shadow     bool            // never refuses (Config.Shadow)
+	m          *metrics.Policy // its counters (metrics.go); set by New
 	// rule matching; the top-level policy matches everything
 	pathPrefix string
 	methods    []string
@@ -64,7 +66,7 @@ func compileLimit(prefix string, average int64, period string, burst, cost int64
 			prefix, burst, average, per, refill/usPerYear, maxRefillUS/usPerYear)
 	}
 	p := &policy{
-		m:          &policyMetrics{}, // New's are the registry's
+		m:          &metrics.Policy{}, // New's are the registry's
 		lim:        limit{interval: interval, burst: float64(burst), cost: float64(cost)},
 		average:    average,
 		periodSecs: int64(per.Seconds()),

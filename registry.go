@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/metrics"
 )
 
 const (
@@ -47,8 +48,9 @@ type registry struct {
 	mu       sync.Mutex // guards backends
 	backends map[string]*backend
 	locals   *localStores
-	metrics  *metricsRegistry       // what a serveMetrics middleware serves (metrics.go)
-	retired  map[string]*backendRow // counters of forgotten backends, by Redis name (metrics.go)
+	metrics  *metrics.Registry            // what a serveMetrics middleware serves (internal/metrics)
+	denies   *denyWatch                   // the deny caches holding entries (denycache.go)
+	retired  map[string]*metrics.RedisRow // counters of forgotten backends, by Redis name (exposition.go)
 
 	claimsMu sync.Mutex
 	claims   map[string]classClaim // classes derived from middleware names, by class
@@ -74,8 +76,8 @@ const classClaimWindow = 10 * time.Second
 var shared = newRegistry()
 
 func newRegistry() *registry {
-	return &registry{now: clock.Mono, backends: make(map[string]*backend), locals: newLocalStores(), metrics: newMetricsRegistry(),
-		claims: make(map[string]classClaim), retired: make(map[string]*backendRow), regions: make(map[string]*exchanger)}
+	return &registry{now: clock.Mono, backends: make(map[string]*backend), locals: newLocalStores(), metrics: metrics.NewRegistry(), denies: &denyWatch{denies: make(map[*denyCache]bool)},
+		claims: make(map[string]classClaim), retired: make(map[string]*metrics.RedisRow), regions: make(map[string]*exchanger)}
 }
 
 // claimClass records that the middleware name derived class (no class

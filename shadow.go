@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/metrics"
 )
 
 // shadowOnly reports whether a refusal (or a 503) comes from shadow
@@ -60,11 +61,11 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 		}
 	}
 	p := set.ps[decider(set, d, how)]
-	n := atomic.AddInt64(&p.m.n[how*nResults+resultShadowLimited], 1)
+	n := atomic.AddInt64(&p.m.N[how*metrics.NResults+metrics.ShadowLimited], 1)
 	now := int64(time.Since(clock.Start)) + clock.Origin
-	if last := atomic.LoadInt64(&p.m.shadowLog); (last == 0 || now-last >= t.set.redis.probeNS) && atomic.CompareAndSwapInt64(&p.m.shadowLog, last, now) {
+	if last := atomic.LoadInt64(&p.m.ShadowLog); (last == 0 || now-last >= t.set.redis.probeNS) && atomic.CompareAndSwapInt64(&p.m.ShadowLog, last, now) {
 		log.Printf("tollgate: shadow: policy %q of class %q would have refused a request (%s); let through (%d so far)",
-			p.name, t.set.class, decisionNames[how], n)
+			p.name, t.set.class, metrics.DecisionName(how), n)
 	}
 	if t.set.decision != "" {
 		rw.Header()[t.set.decision] = shadowValues[how]
