@@ -446,7 +446,7 @@ func main() {
 	defer lab.Close()
 	gp := filepath.Join(lab.Dir, "probe-gopath")
 	dst := filepath.Join(gp, "src", filepath.FromSlash(e2e.ModuleName))
-	if err := copyPlugin(e2e.PluginRoot(), dst); err != nil {
+	if err := e2e.CopyPlugin(e2e.PluginRoot(), dst); err != nil {
 		log.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dst, "probe_core.go"), []byte(coreSource), 0o644); err != nil {
@@ -595,32 +595,6 @@ func cpu() int64 {
 		log.Fatal(err)
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
-// copyPlugin copies the plugin's package (its non-test Go files) and its
-// vendor tree to dst.
-func copyPlugin(src, dst string) error {
-	return filepath.Walk(src, func(path string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		top := strings.Split(rel, string(filepath.Separator))[0]
-		if info.IsDir() {
-			if rel != "." && top != "vendor" {
-				return filepath.SkipDir
-			}
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		if top != "vendor" && (!strings.HasSuffix(rel, ".go") || strings.HasSuffix(rel, "_test.go")) && rel != "go.mod" {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
-	})
 }
 
 // matchesAny reports whether name contains one of the comma-separated
