@@ -1,10 +1,10 @@
 package main
 
 // coreSource is added to the plugin's package in the copy: the probes of
-// the first-class figures, written against what every version since issue 9
-// has (New, ServeHTTP, the breaker's fields, the prepared command), so that
-// -core runs them on an older checkout too (TOLLGATE_PLUGIN_SRC). Each
-// Probe function runs one stage n times.
+// the first-class figures, written against what every version since the
+// shared connections (eb2e0d0) has (New, ServeHTTP, the breaker's fields,
+// the prepared command), so that -core runs them on an older checkout too
+// (TOLLGATE_PLUGIN_SRC). Each Probe function runs one stage n times.
 const coreSource = `package tollgate
 
 import (
