@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// TestRegionSixtySecondWindows measures the steady-state bound
+// TestRegionSixtySecondWindows measures the regions' steady-state bound
 // over whole minutes: two regions (in-process, compiled pods), a client
 // split 70/30, then all of it in one region, then all in the other, then
 // 70/30 again; the admitted requests of both regions over every 60 s

@@ -1,6 +1,6 @@
 package e2e
 
-// The multi-region suite (issue 11). A world is 2 or 3 regions, each with
+// The multi-region suite. A world is 2 or 3 regions, each with
 // its own redis-server and pods, and a DelayProxy (40 ms each way) per
 // directed link: region A's peer entry for B is the proxy A->B in front of
 // B's Redis, so every byte one region reads from another crosses a link

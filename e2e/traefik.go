@@ -37,39 +37,6 @@ func NeedTraefik(err error) (skip bool) {
 	return (errors.Is(err, ErrNoTraefik) || errors.Is(err, ErrNoRedis)) && os.Getenv("CI") == ""
 }
 
-// InstallLocalPlugin copies the plugin as Traefik's local mode wants it:
-// dir/plugins-local/src/<module>/ with the manifest, go.mod, the package's
-// non-test sources and vendor/. It is a copy, not a link, so that what
-// Traefik loads is exactly what a user would install.
-func InstallLocalPlugin(dir string) error {
-	dst := filepath.Join(dir, "plugins-local", "src", filepath.FromSlash(ModuleName))
-	root := PluginRoot()
-	return filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		if info.IsDir() {
-			if rel == "." || rel == "vendor" || strings.HasPrefix(rel, "vendor"+string(filepath.Separator)) {
-				return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-			}
-			return filepath.SkipDir
-		}
-		base := filepath.Base(rel)
-		top := !strings.Contains(rel, string(filepath.Separator))
-		keep := !top || base == ".traefik.yml" || base == "go.mod" || base == "go.sum" ||
-			(strings.HasSuffix(base, ".go") && !strings.HasSuffix(base, "_test.go"))
-		if !keep {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
-	})
-}
-
 // Traefik is one Traefik process: its entrypoint "web" serves the routers,
 // its entrypoint "traefik" the API, ping, pprof and Prometheus metrics.
 type Traefik struct {

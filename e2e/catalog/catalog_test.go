@@ -3,8 +3,8 @@
 // configuration block and the dynamic configuration example from the
 // README, decoded by paerser into Traefik's configuration types; Traefik's
 // plugin Manager installing the plugin from an archive shaped like the one
-// the catalog serves (a GitHub zipball of the tagged repository, vendor/
-// included); Traefik's Builder interpreting it with Yaegi. The catalog
+// the catalog serves (a GitHub zipball of the tagged repository, internal/
+// and vendor/ included); Traefik's Builder interpreting it with Yaegi. The catalog
 // itself (plugins.traefik.io) is not reachable from the tests: a local
 // PluginDownloader hands the Manager the archive instead.
 package catalog
@@ -64,7 +64,8 @@ next:
 }
 
 // zipball writes what the catalog serves for a version: the repository's
-// tracked files under one top folder, as GitHub's zipball of a tag.
+// tracked files under one top folder, as GitHub's zipball of a tag (a
+// package under internal/ not yet added to git is not in it).
 func zipball(t *testing.T, path string) {
 	t.Helper()
 	root := e2e.RepoRoot()

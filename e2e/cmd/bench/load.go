@@ -1,0 +1,214 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"os/exec"
+	"regexp"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+var wrkRPS = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+var wrkTotal = regexp.MustCompile(`(\d+) requests in`)
+var wrkNon2xx = regexp.MustCompile(`Non-2xx or 3xx responses: (\d+)`)
+
+type wrkResult struct {
+	rps          float64
+	requests     int64
+	non2xx       int64
+	redisCmds    int64
+	redisBytes   int64
+	redisScripts int64
+	tgConns      int // connections named tollgate, sampled during the run
+	otherConns   int // the others (Traefik's Redis limiter's), sampled alike
+}
+
+// redisConns counts Redis's connected clients: Tollgate's (CLIENT SETNAME
+// tollgate) and the others, this query's excepted; -1 when it cannot.
+func (b *bench) redisConns() (tollgate, others int) {
+	tollgate, others, err := b.redis.ClientsNamed("tollgate")
+	if err != nil {
+		return -1, -1
+	}
+	return tollgate, others
+}
+
+// saturate runs wrk against route and records Redis's counters around it.
+func (b *bench) saturate(route string) (wrkResult, error) {
+	return b.saturateWith(route, b.conns)
+}
+
+// saturateWith is saturate with conns wrk connections; it also samples
+// Redis's connections 60% into the run.
+func (b *bench) saturateWith(route string, conns int) (wrkResult, error) {
+	var r wrkResult
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		time.Sleep(b.wrkDur * 6 / 10)
+		r.tgConns, r.otherConns = b.redisConns()
+	}()
+	defer func() { <-sampled }()
+	before, err := b.redis.Info("stats")
+	if err != nil {
+		return r, err
+	}
+	s0, _ := b.redis.ScriptCalls()
+	cmd := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), "-d"+b.wrkDur.String(), "-s", b.script, b.traefik.URL("/"+route))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return r, fmt.Errorf("wrk: %v\n%s", err, out)
+	}
+	after, err := b.redis.Info("stats")
+	if err != nil {
+		return r, err
+	}
+	s1, _ := b.redis.ScriptCalls()
+	m := wrkRPS.FindSubmatch(out)
+	t := wrkTotal.FindSubmatch(out)
+	if m == nil || t == nil {
+		return r, fmt.Errorf("wrk output: %s", out)
+	}
+	r.rps, _ = strconv.ParseFloat(string(m[1]), 64)
+	r.requests, _ = strconv.ParseInt(string(t[1]), 10, 64)
+	if n := wrkNon2xx.FindSubmatch(out); n != nil {
+		r.non2xx, _ = strconv.ParseInt(string(n[1]), 10, 64)
+	}
+	delta := func(k string) int64 {
+		a, _ := strconv.ParseInt(after[k], 10, 64)
+		b, _ := strconv.ParseInt(before[k], 10, 64)
+		return a - b
+	}
+	r.redisCmds = delta("total_commands_processed") - 2 // the two INFO calls
+	r.redisBytes = delta("total_net_input_bytes") + delta("total_net_output_bytes")
+	r.redisScripts = s1 - s0
+	<-sampled
+	return r, nil
+}
+
+// fixedRate sends rate requests/s to url for d from workers connections and
+// returns each request's latency measured from when it was due.
+func fixedRate(url string, rate float64, d time.Duration, workers int, keys int) (lat []time.Duration, errs int64) {
+	n := int(rate * d.Seconds())
+	lat = make([]time.Duration, n)
+	interval := time.Duration(float64(time.Second) / rate)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers}}
+	start := time.Now().Add(50 * time.Millisecond)
+	errs = forEach(n, workers, func(i int) error {
+		due := start.Add(time.Duration(i) * interval)
+		time.Sleep(time.Until(due))
+		err := get(client, url, "k"+strconv.Itoa(i%keys))
+		lat[i] = time.Since(due)
+		return err
+	})
+	client.CloseIdleConnections()
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat, errs
+}
+
+// seqWarmup is how many requests sequential sends before it starts timing.
+const seqWarmup = 300
+
+// sequential sends seqWarmup and then n timed requests to url, one after
+// another from one client on one keep-alive connection, keys cycling over
+// keys API keys. It returns the timed requests' latencies, sorted, each from
+// sending the request to reading the last byte of its reply; how many failed
+// (transport errors and replies other than 2xx, as the limits admit all);
+// and how many connections the timed requests opened (0 when the one
+// connection held).
+func sequential(url string, n, keys int) (lat []time.Duration, errs int64, dials int) {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1}}
+	defer client.CloseIdleConnections()
+	trace := &httptrace.ClientTrace{GotConn: func(c httptrace.GotConnInfo) {
+		if !c.Reused {
+			dials++
+		}
+	}}
+	one := func(i int) error {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Header.Set("X-API-Key", "k"+strconv.Itoa(i%keys))
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode/100 != 2 {
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		return err
+	}
+	for i := 0; i < seqWarmup; i++ {
+		_ = one(i)
+	}
+	dials = 0
+	lat = make([]time.Duration, n)
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		if one(i) != nil {
+			errs++
+		}
+		lat[i] = time.Since(t0)
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat, errs, dials
+}
+
+// forEach calls f(0), ..., f(n-1) from workers goroutines, each taking the
+// next index, and returns how many calls failed.
+func forEach(n, workers int, f func(i int) error) (errs int64) {
+	var next int64 = -1
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(atomic.AddInt64(&next, 1))
+				if i >= n {
+					return
+				}
+				if f(i) != nil {
+					atomic.AddInt64(&errs, 1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// get sends GET url with the X-API-Key key and reads the reply.
+func get(client *http.Client, url, key string) error {
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("X-API-Key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return nil
+}
+
+func pct(lat []time.Duration, p float64) float64 {
+	if len(lat) == 0 {
+		return 0
+	}
+	return float64(lat[int(float64(len(lat)-1)*p/100)]) / float64(time.Millisecond)
+}
+
+// fill sends n requests with distinct keys to route, as fast as workers allow.
+func fill(url string, n, workers int, prefix string) (errs int64) {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+	errs = forEach(n, workers, func(i int) error { return get(client, url, prefix+strconv.Itoa(i)) })
+	client.CloseIdleConnections()
+	return errs
+}
