@@ -11,6 +11,7 @@ if [ "$mode" = "--check" ]; then
 	trap 'rm -rf "$tmp"' EXIT
 	cp go.mod go.sum "$tmp"/
 	cp ./*.go "$tmp"/ 2>/dev/null || true
+	find internal -name '*.go' ! -name '*_test.go' -exec cp --parents {} "$tmp"/ \; 2>/dev/null || true
 	rm -f "$tmp"/*_test.go
 	cp -r patches "$tmp"/
 	(cd "$tmp" && go mod vendor && for p in patches/*.patch; do patch -s -p1 <"$p"; done)
