@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/regions"
 )
 
 // Header modes.
@@ -41,12 +43,13 @@ type settings struct {
 	headers     int
 	decision    string // DecisionHeader, canonical; "" when off
 	redis       redisSettings
-	replicas    int64           // Replicas: the fallback's divisor until a heartbeat count is seen
-	shards      int64           // sub-buckets per client bucket; 1: not sharded
-	digits      int             // width of the shard number in keys
-	keyLen      int             // length of a client key in Redis (sharded or not)
-	disabled    bool            // no policy at all
-	region      *regionSettings // nil without regions (region.go)
+	replicas    int64             // Replicas: the fallback's divisor until a heartbeat count is seen
+	shards      int64             // sub-buckets per client bucket; 1: not sharded
+	digits      int               // width of the shard number in keys
+	keyLen      int               // length of a client key in Redis (sharded or not)
+	disabled    bool              // no policy at all
+	region      *regions.Settings // nil without regions (region.go)
+	regionPeers []redisSettings   // the peers' Redis, in region.Peers' order
 }
 
 // validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
@@ -359,7 +362,7 @@ func compile(cfg *Config, name string) (*settings, error) {
 	if s.redis, err = compileRedis(&cfg.Redis); err != nil {
 		return nil, err
 	}
-	if s.region, err = compileRegion(cfg.Region, s.redis); err != nil {
+	if s.region, s.regionPeers, err = compileRegion(cfg.Region, s.redis); err != nil {
 		return nil, err
 	}
 	if s.region != nil {
@@ -367,9 +370,9 @@ func compile(cfg *Config, name string) (*settings, error) {
 			if p == nil {
 				continue
 			}
-			p.regionPPM = s.region.static
+			p.regionPPM = s.region.Static
 			if p.failClosed || p.source != nil {
-				p.regionPPM = -s.region.static
+				p.regionPPM = -s.region.Static
 			}
 		}
 	}

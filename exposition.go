@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/regions"
 )
 
 // metricsHandler answers every request with the process's metrics
@@ -50,13 +51,13 @@ func (r *registry) writeMetrics(w *bufio.Writer, only map[string]bool) {
 // from the exchange bound most recently under it.
 func (r *registry) regionRows() []metrics.RegionRow {
 	r.regionsMu.Lock()
-	byName := map[string]*exchanger{}
+	byName := map[string]*regions.Exchanger{}
 	for _, x := range r.regions {
-		if x.stale() {
+		if x.Stale() {
 			continue
 		}
-		name := x.settings().name
-		if o, ok := byName[name]; !ok || atomic.LoadInt64(&o.bound) < atomic.LoadInt64(&x.bound) {
+		name := x.Settings().Name
+		if o, ok := byName[name]; !ok || o.Bound() < x.Bound() {
 			byName[name] = x
 		}
 	}
@@ -69,16 +70,23 @@ func (r *registry) regionRows() []metrics.RegionRow {
 	rows := make([]metrics.RegionRow, 0, len(names))
 	for _, n := range names {
 		x := byName[n]
-		row := metrics.RegionRow{Name: n, Leading: int64(atomic.LoadInt32(&x.leading)),
-			OK: atomic.LoadInt64(&x.exchangesOK), Failed: atomic.LoadInt64(&x.exchangesKO),
-			Tracked: atomic.LoadInt64(&x.trackedN), ReportBytes: atomic.LoadInt64(&x.reportBytes)}
-		for i, p := range x.settings().peers {
-			row.Peers = append(row.Peers, p.name)
-			row.PeerUp = append(row.PeerUp, int64(atomic.LoadInt32(&x.peerUp[i])))
+		st := x.Stats()
+		row := metrics.RegionRow{Name: n, Leading: flag(st.Leading), OK: st.OK, Failed: st.Failed, Tracked: st.Tracked, ReportBytes: st.ReportBytes}
+		for i, p := range x.Settings().Peers {
+			row.Peers = append(row.Peers, p.Name)
+			row.PeerUp = append(row.PeerUp, flag(st.PeerUp[i]))
 		}
 		rows = append(rows, row)
 	}
 	return rows
+}
+
+// flag is 1 for true.
+func flag(v bool) int64 {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // gaugeIdle: a backend without a check for this long (one a reload

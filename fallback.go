@@ -29,11 +29,12 @@ package tollgate
 //     a node is down its keys take the fallback; a changed topology (a
 //     replica promoted) lets the next check through the breaker at once.
 //     Until the topology is first known, checks fall back without counting
-//     against Redis (redis.ErrNoRoute).
+//     against Redis (the client's ErrNoRoute).
 
 import (
 	"sync/atomic"
 	"time"
+
 )
 
 // breakerWindow is the span over which the breaker compares failures with

@@ -31,6 +31,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/clock"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
+	"github.com/tollgate-dev/tollgate/internal/regions"
 )
 
 // Tollgate is the middleware handler built by New.
@@ -53,10 +54,10 @@ type Tollgate struct {
 	set   *settings
 	be    *backend
 	local *localBuckets
-	top   *policySet   // the set when no rule matches; nil without a top-level limit
-	hb    *heartbeat   // the class's pod count; nil with the heartbeat off
-	notes *regionNotes // where requests note keys for the region exchange; nil without regions (region.go)
-	plain bool         // ServeHTTP's common case applies: top alone, plain (see policySet)
+	top   *policySet     // the set when no rule matches; nil without a top-level limit
+	hb    *heartbeat     // the class's pod count; nil with the heartbeat off
+	notes *regions.Notes // where requests note keys for the region exchange; nil without regions (internal/regions)
+	plain bool           // ServeHTTP's common case applies: top alone, plain (see policySet)
 
 	mu   sync.Mutex // guards sets
 	sets map[uint64]*policySet
@@ -140,11 +141,11 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 		t.hb = t.be.heartbeatFor(set.class, t.be.now())
 	}
 	if set.region != nil {
-		x, err := shared.exchangerFor(set.region, t.be)
+		x, err := shared.exchangerFor(set.region, set.regionPeers, t.be)
 		if err != nil {
 			return nil, fmt.Errorf("tollgate %s: %w", name, err)
 		}
-		t.notes = &x.notes
+		t.notes = x.Notes()
 	}
 	now := shared.now()
 	for _, p := range append(append(set.rules, set.top), set.plans...) {
@@ -433,7 +434,7 @@ func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	key := hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])
 	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(key, d) {
 		if t.notes != nil {
-			t.notes.note(set.ps, key, d, true)
+			noteRegion(t.notes, set.ps, key, d, true)
 		}
 		return decidedCache
 	}
@@ -444,7 +445,7 @@ func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 		set.denied.remember(key, d)
 	}
 	if t.notes != nil && (d[0] != 1 || d[1] == 0 || len(set.ps) > 1) { // pressing: note's test, one policy's inlined
-		t.notes.note(set.ps, key, d, false)
+		noteRegion(t.notes, set.ps, key, d, false)
 	}
 	return decidedRedis
 }
@@ -465,7 +466,7 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 	}
 	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(call, d) {
 		if t.notes != nil && !set.ownKeys {
-			t.notes.note(set.ps, rkey, d, true)
+			noteRegion(t.notes, set.ps, rkey, d, true)
 		}
 		return decidedCache
 	}
@@ -476,7 +477,7 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 		return fallback(t, set, key, d)
 	}
 	if t.notes != nil && !set.ownKeys && (d[0] != 1 || d[1] == 0 || len(set.ps) > 1) {
-		t.notes.note(set.ps, rkey, d, false) // before scaleRemaining: a shard's own tokens
+		noteRegion(t.notes, set.ps, rkey, d, false) // before scaleRemaining: a shard's own tokens
 	}
 	if t.set.shards > 1 {
 		scaleRemaining(set, d, t.set.shards)

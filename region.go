@@ -1,130 +1,79 @@
 package tollgate
 
-// Regions: a fleet in several regions, each with its own Redis, holds a
-// share of every limit, moved every interval towards where the clients'
-// traffic is. The model (the exchange that moves shares: exchange.go):
-//
-//   - Each region charges its own buckets at its share s of a limit: rate
-//     times s and burst times s, in the same script and round trip as
-//     without regions. A bucket's stored state (its TAT) needs no change
-//     when s moves: the time a bucket takes to fill, burst/rate, does not
-//     depend on s, so a bucket keeps its fill fraction and its tokens scale
-//     with s (a share that shrinks takes its tokens at once).
-//   - A key no region tracks is charged at the region's static share
-//     (weight over the weights' sum). A key that presses against its share
-//     (refused, or near the limit) is tracked: its share lives beside its
-//     bucket, in the hash <bucket>}s (s: share in parts per million; n:
-//     tokens asked since the exchange last read it, counted by the
-//     script), and moves with its demand.
-//   - A share's target (shares.go) is what the region's demand needs of
-//     the limit, at least its floor (a tenth of the static share, so a
-//     client that moves region is served while shares follow) and at
-//     most its static share, plus a part of what the regions' needs leave.
-//     A share shrinks to its target at once (never below what its own
-//     demand needs, whatever a peer claims), and grows only into what the
-//     other regions claim: at most 1 minus the sum of their published
-//     shares (or their needs, when larger), so the shares of a key add up
-//     to at most 1 in steady state. A region publishes a share that grows
-//     before applying it, and applies one that shrinks before publishing
-//     it.
-//   - Losing a peer (its report stale, or it no longer acknowledges ours):
-//     shares stop growing; after hold (3 intervals of silence) a share above
-//     static falls to static; after 6, every share is static. The peer,
-//     losing us at the same time, does the same, so the shares' sum stays
-//     at most 1 (see silentSteps).
+// The plugin's binding to its regions (internal/regions: the model and the
+// exchange): the region configuration compiled, and the requests' notes of
+// the buckets that pressed against their share.
 
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/regions"
 )
 
-// Bounds of the region configuration and of what one exchange carries.
+// Bounds of the region configuration.
 const (
-	maxPeers           = 8
 	maxRegionWeight    = 1000
 	defaultInterval    = 5 * time.Second
 	minInterval        = 100 * time.Millisecond
 	maxInterval        = time.Hour
 	defaultPeerTimeout = "1s"
-	maxTracked         = 2000      // keys one region tracks, and one report carries
-	maxReportBytes     = 256 << 10 // a report, read or written
-	maxBucketKeyLen    = 200
-	ppm                = 1000000
+	ppm                = 1000000 // shares are in parts per million
 )
-
-// regionSettings is a validated RegionConfig.
-type regionSettings struct {
-	name     string
-	interval time.Duration
-	static   int64 // this region's static share, ppm
-	floor    int64 // its floor, ppm: a tenth of static
-	peers    []peerSettings
-	order    int // this region's rank among all regions by name
-	regions  int
-	key      string // what identifies the exchange in the registry
-}
-
-// peerSettings is another region.
-type peerSettings struct {
-	name   string
-	static int64 // ppm
-	floor  int64 // ppm
-	redis  redisSettings
-}
 
 // compileRegion validates c (nil: no region) against this region's own
 // Redis.
-func compileRegion(c *RegionConfig, own redisSettings) (*regionSettings, error) {
+func compileRegion(c *RegionConfig, own redisSettings) (*regions.Settings, []redisSettings, error) {
 	if c == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err := checkName("region.name", strings.TrimSpace(c.Name)); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	rs := &regionSettings{name: strings.TrimSpace(c.Name)}
+	name := strings.TrimSpace(c.Name)
 	iv := c.Interval
 	if strings.TrimSpace(iv) == "" {
 		iv = defaultInterval.String()
 	}
-	var err error
-	if rs.interval, err = positiveDuration("region.interval", iv); err != nil {
-		return nil, err
+	interval, err := positiveDuration("region.interval", iv)
+	if err != nil {
+		return nil, nil, err
 	}
-	if rs.interval < minInterval || rs.interval > maxInterval {
-		return nil, fmt.Errorf("region.interval: %q is not between %s and %s", c.Interval, minInterval, maxInterval)
+	if interval < minInterval || interval > maxInterval {
+		return nil, nil, fmt.Errorf("region.interval: %q is not between %s and %s", c.Interval, minInterval, maxInterval)
 	}
 	if len(c.Peers) == 0 {
-		return nil, errors.New("region.peers: at least one other region is required")
+		return nil, nil, errors.New("region.peers: at least one other region is required")
 	}
-	if len(c.Peers) > maxPeers {
-		return nil, fmt.Errorf("region.peers: %d regions, at most %d", len(c.Peers), maxPeers)
+	if len(c.Peers) > regions.MaxPeers {
+		return nil, nil, fmt.Errorf("region.peers: %d regions, at most %d", len(c.Peers), regions.MaxPeers)
 	}
 	weight, err := regionWeight("region.weight", c.Weight)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	weights := []int64{weight}
-	names := []string{rs.name}
+	var peerNames []string
+	var weights []int64
+	var peers []redisSettings
+	names := []string{name}
 	conns := map[string]string{own.connKey(): "this region's redis"}
 	for i, pc := range c.Peers {
 		field := fmt.Sprintf("region.peers[%d]", i)
 		name := strings.TrimSpace(pc.Name)
 		if err := checkName(field+".name", name); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, n := range names {
 			if n == name {
-				return nil, fmt.Errorf("%s.name: %q names two regions", field, name)
+				return nil, nil, fmt.Errorf("%s.name: %q names two regions", field, name)
 			}
 		}
 		w, err := regionWeight(field+".weight", pc.Weight)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		to := pc.Timeout
 		if strings.TrimSpace(to) == "" {
@@ -134,43 +83,25 @@ func compileRegion(c *RegionConfig, own redisSettings) (*regionSettings, error) 
 			SentinelUsername: pc.SentinelUsername, SentinelPassword: pc.SentinelPassword, SentinelPasswordFile: pc.SentinelPasswordFile,
 			Username: pc.Username, Password: pc.Password, PasswordFile: pc.PasswordFile, DB: pc.DB, TLS: pc.TLS, Timeout: to})
 		if err != nil {
-			return nil, errors.New(strings.Replace(err.Error(), "redis.", field+".", 1))
+			return nil, nil, errors.New(strings.Replace(err.Error(), "redis.", field+".", 1))
 		}
 		if other, ok := conns[r.connKey()]; ok {
-			return nil, fmt.Errorf("%s: its Redis is %s too: each region needs its own", field, other)
+			return nil, nil, fmt.Errorf("%s: its Redis is %s too: each region needs its own", field, other)
 		}
 		conns[r.connKey()] = field
 		r.poolSize = 0 // the exchange's own connection only (redisClient.onSide)
 		r.heartbeatNS = 0
 		r.name = "region:" + name
-		rs.peers = append(rs.peers, peerSettings{name: name, redis: r})
+		peers = append(peers, r)
+		peerNames = append(peerNames, name)
 		weights = append(weights, w)
 		names = append(names, name)
 	}
-	var sum int64
-	for _, w := range weights {
-		sum += w
+	keyParts := []string{name, strconv.FormatInt(int64(interval), 10), strconv.FormatInt(weight, 10), own.connKey()}
+	for i, p := range peers {
+		keyParts = append(keyParts, peerNames[i], strconv.FormatInt(weights[i], 10), p.connKey(), p.timeout.String())
 	}
-	rs.static = weight * ppm / sum
-	rs.floor = rs.static / 10
-	for i := range rs.peers {
-		rs.peers[i].static = weights[i+1] * ppm / sum
-		rs.peers[i].floor = rs.peers[i].static / 10
-	}
-	sorted := append([]string(nil), names...)
-	sort.Strings(sorted)
-	rs.regions = len(names)
-	for i, n := range sorted {
-		if n == rs.name {
-			rs.order = i
-		}
-	}
-	keyParts := []string{rs.name, strconv.FormatInt(int64(rs.interval), 10), strconv.FormatInt(weight, 10), own.connKey()}
-	for i, p := range rs.peers {
-		keyParts = append(keyParts, p.name, strconv.FormatInt(weights[i+1], 10), p.redis.connKey(), p.redis.timeout.String())
-	}
-	rs.key = strings.Join(keyParts, "\x00")
-	return rs, nil
+	return regions.NewSettings(name, interval, weight, peerNames, weights, strings.Join(keyParts, "\x00")), peers, nil
 }
 
 // regionWeight validates a weight (0: the default, 1).
@@ -184,198 +115,16 @@ func regionWeight(field string, w int64) (int64, error) {
 	return w, nil
 }
 
-// The exchange's schedule, in intervals of silence from a peer (its report
-// unchanged, or no longer acknowledging ours): up to healthySteps the peer
-// counts as heard; up to holdSteps shares are kept but none grows; up to
-// staticSteps a share above static falls to static; after it every share
-// is static. A share below static grows back only after staticSteps, when
-// the peer, which lost us at most an interval apart, has already cut
-// every share of its own above static (at holdSteps plus an interval).
-const (
-	healthySteps = 2
-	holdSteps    = 3
-	staticSteps  = 6
-	// A share the exchange stops refreshing lapses to static: above static
-	// after growTTLSteps (a new leader's first exchange comes within 3
-	// intervals and three quarters of the old one's last; peers, hearing
-	// nothing, grow theirs back only after staticSteps+1), below it after
-	// staticSteps+1, when peers have dropped theirs.
-	growTTLSteps   = 5
-	shrinkTTLSteps = staticSteps + 1
-	// A peer must acknowledge one of our last ackSteps reports.
-	ackSteps = 4
-)
-
-// A report: what a region's exchange publishes in its own Redis for the
-// others to read, one line each, fields split by a space:
-//
-//	tollgate-region 1 <region> <seq>
-//	ack <peer> <the peer's seq last read>
-//	k <bucket key> <demand, millitokens per second> <share, ppm> <the limit's rate, millitokens per second; 0: unknown>
-//
-// seq is the interval's number (Unix time over the interval), so it moves
-// on when the exchange changes hands. A key a region does not list holds
-// its static share there.
-type report struct {
-	region string
-	seq    int64
-	acks   map[string]int64
-	keys   map[string]reportKey
-}
-
-type reportKey struct {
-	demand float64 // tokens per second
-	share  int64   // ppm
-	rate   float64 // the limit's, tokens per second; 0: unknown
-}
-
-// encodeReport writes r, its keys sorted (at most maxTracked, and at most
-// maxReportBytes: keys past it are left out, holding their static share).
-func encodeReport(r *report) []byte {
-	b := []byte("tollgate-region 1 " + r.region + " " + strconv.FormatInt(r.seq, 10) + "\n")
-	peers := make([]string, 0, len(r.acks))
-	for p := range r.acks {
-		peers = append(peers, p)
-	}
-	sort.Strings(peers)
-	for _, p := range peers {
-		b = append(b, "ack "+p+" "+strconv.FormatInt(r.acks[p], 10)+"\n"...)
-	}
-	keys := make([]string, 0, len(r.keys))
-	for k := range r.keys {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for i, k := range keys {
-		if i == maxTracked {
-			break
-		}
-		v := r.keys[k]
-		line := "k " + k + " " + strconv.FormatInt(int64(v.demand*1000), 10) + " " + strconv.FormatInt(v.share, 10) + " " + strconv.FormatInt(int64(v.rate*1000), 10) + "\n"
-		if len(b)+len(line) > maxReportBytes {
-			break
-		}
-		b = append(b, line...)
-	}
-	return b
-}
-
-// errBadReport is a report that is not one: the peer's data is ignored as
-// if it could not be read.
-var errBadReport = errors.New("tollgate: malformed region report")
-
-// parseReport reads a report written by encodeReport, as untrusted input:
-// bounded in size and lines, every number in range, every key a bucket's.
-func parseReport(b []byte) (*report, error) {
-	if len(b) > maxReportBytes {
-		return nil, errBadReport
-	}
-	lines := strings.Split(string(b), "\n")
-	if len(lines) == 0 {
-		return nil, errBadReport
-	}
-	head := strings.Split(lines[0], " ")
-	if len(head) != 4 || head[0] != "tollgate-region" || head[1] != "1" {
-		return nil, errBadReport
-	}
-	seq, err := strconv.ParseInt(head[3], 10, 64)
-	if err != nil || seq < 0 {
-		return nil, errBadReport
-	}
-	r := &report{region: head[2], seq: seq, acks: map[string]int64{}, keys: map[string]reportKey{}}
-	for _, line := range lines[1:] {
-		if line == "" {
-			continue
-		}
-		f := strings.Split(line, " ")
-		switch {
-		case f[0] == "ack" && len(f) == 3 && len(r.acks) < maxPeers:
-			v, err := strconv.ParseInt(f[2], 10, 64)
-			if err != nil || v < 0 {
-				return nil, errBadReport
-			}
-			r.acks[f[1]] = v
-		case f[0] == "k" && len(f) == 5 && len(r.keys) < maxTracked:
-			if !bucketKeyOK(f[1]) {
-				return nil, errBadReport
-			}
-			d, err1 := strconv.ParseInt(f[2], 10, 64)
-			s, err2 := strconv.ParseInt(f[3], 10, 64)
-			g, err3 := strconv.ParseInt(f[4], 10, 64)
-			if err1 != nil || err2 != nil || err3 != nil || d < 0 || d > 1e15 || s <= 0 || s > ppm || g < 0 || g > 1e15 {
-				return nil, errBadReport
-			}
-			r.keys[f[1]] = reportKey{demand: float64(d) / 1000, share: s, rate: float64(g) / 1000}
-		default:
-			return nil, errBadReport
-		}
-	}
-	return r, nil
-}
-
-// bucketKeyOK reports whether s can be one of Tollgate's bucket keys: it
-// starts with the key prefix, is short, and holds printable ASCII without
-// spaces.
-func bucketKeyOK(s string) bool {
-	if len(s) > maxBucketKeyLen || !strings.HasPrefix(s, keyPrefix) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] > '~' {
-			return false
-		}
-	}
-	return true
-}
-
-// regionNotes is the requests' part of the exchange: the buckets that
-// pressed against their share since the pod last flushed them
-// (exchanger.flush), by noteField, with the tokens asked.
-type regionNotes struct {
-	mu sync.Mutex
-	m  map[string]int64
-}
-
-// maxNotes bounds the keys one pod notes per interval.
-const maxNotes = 1024
-
-// note records the buckets of policies ps for client key that pressed in
-// decision d (refused, or emptied: no whole token left, whatever the
-// region's share of the burst), so that the exchange tracks them, with the
-// tokens asked. Those refused from memory (cached: the deny cache's,
-// which Redis never counts) are noted under the bucket's key; those Redis
-// decided under the key and freshSuffix, and count only until the key is
-// tracked (then the script counts them). Rules keyed their own way and
-// policies that fail closed hold the static share, and are not noted.
-func (n *regionNotes) note(ps []*policy, key string, d []int64, cached bool) {
+// noteRegion notes, for the exchange, the buckets of policies ps for
+// client key that pressed in decision d: refused, or emptied (no whole
+// token left, whatever the region's share of the burst); cached: the
+// deny cache refused it (regions.Notes.Note). Rules keyed their own way
+// and policies that fail closed hold the static share, and are not noted.
+func noteRegion(n *regions.Notes, ps []*policy, key string, d []int64, cached bool) {
 	for i, p := range ps {
 		if p.regionPPM <= 0 || (d[2+3*i] == 0 && d[1+3*i] > 0) {
 			continue
 		}
-		k := key + p.keySuffix
-		if !cached {
-			k += freshSuffix
-		}
-		n.mu.Lock()
-		if n.m == nil {
-			n.m = map[string]int64{}
-		}
-		if _, ok := n.m[k]; ok || len(n.m) < maxNotes {
-			n.m[k] += int64(p.shard.cost)
-		}
-		n.mu.Unlock()
+		n.Note(key+p.keySuffix, int64(p.shard.cost), cached)
 	}
-}
-
-// freshSuffix marks a note of tokens Redis decided (note); a bucket key
-// holds no space.
-const freshSuffix = " r"
-
-// take returns the notes and starts anew.
-func (n *regionNotes) take() map[string]int64 {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	m := n.m
-	n.m = nil
-	return m
 }

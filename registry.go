@@ -34,6 +34,8 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/redis"
+	"github.com/tollgate-dev/tollgate/internal/regions"
 )
 
 const (
@@ -56,8 +58,8 @@ type registry struct {
 	claims   map[string]classClaim // classes derived from middleware names, by class
 
 	regionsMu sync.Mutex
-	regions   map[string]*exchanger // region exchanges, by configuration (exchange.go)
-	lastNew   int64                 // monotonic ns of the latest New, of any middleware
+	regions   map[string]*regions.Exchanger // region exchanges, by configuration (exchangerFor)
+	lastNew   int64                         // monotonic ns of the latest New, of any middleware
 }
 
 // classClaim is the middleware name a derived class was last built for.
@@ -77,7 +79,7 @@ var shared = newRegistry()
 
 func newRegistry() *registry {
 	return &registry{now: clock.Mono, backends: make(map[string]*backend), locals: newLocalStores(), metrics: metrics.NewRegistry(), denies: &denyWatch{denies: make(map[*denyCache]bool)},
-		claims: make(map[string]classClaim), retired: make(map[string]*metrics.RedisRow), regions: make(map[string]*exchanger)}
+		claims: make(map[string]classClaim), retired: make(map[string]*metrics.RedisRow), regions: make(map[string]*regions.Exchanger)}
 }
 
 // claimClass records that the middleware name derived class (no class
@@ -145,3 +147,48 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 	r.backends[key] = b
 	return b, nil
 }
+
+// exchangerFor returns the exchange of rs (peers: its peers' Redis) on
+// own, creating it on first use, and binds it now: its loop is started
+// unless it runs.
+func (r *registry) exchangerFor(rs *regions.Settings, peers []redisSettings, own *backend) (*regions.Exchanger, error) {
+	now := r.now()
+	r.regionsMu.Lock()
+	defer r.regionsMu.Unlock()
+	x, ok := r.regions[rs.Key]
+	if !ok {
+		var clients []*redis.Client
+		for _, p := range peers {
+			b, err := r.backend(p)
+			if err != nil {
+				return nil, err
+			}
+			clients = append(clients, b.rc)
+		}
+		x = regions.NewExchanger(rs, own.rc, clients, newInstanceID(), func() int64 { return atomic.LoadInt64(&r.lastNew) })
+		// A reload that changed this region's settings replaces its
+		// exchange: the old one's loop ends (one exchange per region and
+		// Redis in a process; of two middlewares that disagree, the
+		// latest built wins). Past maxExchangers, the least recently
+		// bound goes too.
+		var oldest *regions.Exchanger
+		for k, old := range r.regions {
+			if old.Own() == own.rc && old.Settings().Name == rs.Name {
+				old.Drop()
+				delete(r.regions, k)
+			} else if oldest == nil || old.Bound() < oldest.Bound() {
+				oldest = old
+			}
+		}
+		if len(r.regions) >= maxExchangers {
+			oldest.Drop()
+			delete(r.regions, oldest.Settings().Key)
+		}
+		r.regions[rs.Key] = x
+	}
+	x.Bind(rs, now)
+	return x, nil
+}
+
+// maxExchangers bounds the region exchanges a process runs.
+const maxExchangers = 16

@@ -198,3 +198,7 @@ func (rc *Client) Describe() string {
 func (rc *Client) idleFor(d time.Duration) bool {
 	return rc.now()-atomic.LoadInt64(&rc.lastUsed) > int64(d)
 }
+
+// LastUsed returns when a topology check or side command last used the
+// client (monotonic ns).
+func (rc *Client) LastUsed() int64 { return atomic.LoadInt64(&rc.lastUsed) }

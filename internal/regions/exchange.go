@@ -1,13 +1,13 @@
-package tollgate
+package regions
 
 // The exchange that moves regions' shares (the model: region.go). Nothing
 // here is on a request's path: requests only note the keys that pressed
 // against their share (note), in memory.
 //
 // Every pod of a region runs one loop per region configuration
-// (exchanger.loop), on the interval's boundaries of the wall clock:
+// (Exchanger.loop), on the interval's boundaries of the wall clock:
 //
-//  0. (on the requests' path, regionNotes.note) the keys that pressed are
+//  0. (on the requests' path, Notes.note) the keys that pressed are
 //     noted in memory;
 //
 //  1. flush: the keys this pod saw pressing, with the tokens its deny cache
@@ -33,7 +33,7 @@ package tollgate
 // press, never with requests.
 //
 // The loop ends when its configuration is gone: Traefik builds every
-// middleware on each reload, so an exchanger that no New has bound while
+// middleware on each reload, so an Exchanger that no New has bound while
 // other middlewares were built since (exchangerStale) belongs to a
 // configuration that was dropped. It runs while a region is idle: an idle
 // region must still give up its share of a key hot elsewhere.
@@ -50,7 +50,6 @@ import (
 
 // Bounds of the exchangers.
 const (
-	maxExchangers  = 16
 	exchangerStale = 30 * time.Second
 	maxHotRead     = 4096 // notes the leader reads per interval
 	// retireBelow: a key whose every region asks for at most this part
@@ -67,21 +66,22 @@ const (
 	demandWeight = 0.7
 )
 
-// exchanger is one region configuration's exchange in this process.
-type exchanger struct {
+// Exchanger is one region configuration's exchange in this process.
+type Exchanger struct {
 	key   string
-	own   *backend
-	peers []*backend
-	id    string // the lease's holder: this exchanger's, not the process's
+	own   *redis.Client
+	peers []*redis.Client // in rs.Peers' order
+	id    string          // the lease's holder: this Exchanger's, not the process's
 
 	mu sync.Mutex // guards rs
-	rs *regionSettings
+	rs *Settings
 
 	bound   int64 // monotonic ns of the last New that used it
 	running int32 // 1 while loop runs
 	dropped int32 // 1 once the registry forgot it
+	lastNew func() int64
 
-	notes regionNotes // the pods' requests' part (region.go)
+	notes Notes // the pods' requests' part (notes.go)
 
 	// The leader's state, used by the loop's goroutine only.
 	leadSlot int64 // the slot of the last exchange led; 0: not leading
@@ -108,43 +108,17 @@ type peerView struct {
 	acked  int64   // monotonic ns it last acknowledged one of our recent reports
 }
 
-// exchangerFor returns the exchange of rs on own, creating it on first
-// use, and marks it bound now; its loop is started unless it runs.
-func (r *registry) exchangerFor(rs *regionSettings, own *backend) (*exchanger, error) {
-	now := r.now()
-	r.regionsMu.Lock()
-	defer r.regionsMu.Unlock()
-	x, ok := r.regions[rs.key]
-	if !ok {
-		x = &exchanger{key: rs.key, own: own, id: newInstanceID()}
-		for _, p := range rs.peers {
-			b, err := r.backend(p.redis)
-			if err != nil {
-				return nil, err
-			}
-			x.peers = append(x.peers, b)
-		}
-		x.peerUp = make([]int32, len(rs.peers))
-		// A reload that changed this region's settings replaces its
-		// exchange: the old one's loop ends (one exchange per region and
-		// Redis in a process; of two middlewares that disagree, the
-		// latest built wins). Past maxExchangers, the least recently
-		// bound goes too.
-		var oldest *exchanger
-		for k, old := range r.regions {
-			if old.own == own && old.settings().name == rs.name {
-				atomic.StoreInt32(&old.dropped, 1)
-				delete(r.regions, k)
-			} else if oldest == nil || atomic.LoadInt64(&old.bound) < atomic.LoadInt64(&oldest.bound) {
-				oldest = old
-			}
-		}
-		if len(r.regions) >= maxExchangers {
-			atomic.StoreInt32(&oldest.dropped, 1)
-			delete(r.regions, oldest.key)
-		}
-		r.regions[rs.key] = x
-	}
+// NewExchanger returns the exchange of rs with this region's Redis (own)
+// and its peers' (in rs.Peers' order); id names it in the leader's lease.
+// lastNew reads when the process last built a middleware (see stale). Its
+// loop starts with Bind.
+func NewExchanger(rs *Settings, own *redis.Client, peers []*redis.Client, id string, lastNew func() int64) *Exchanger {
+	return &Exchanger{key: rs.Key, own: own, peers: peers, id: id, rs: rs, lastNew: lastNew, peerUp: make([]int32, len(peers))}
+}
+
+// Bind marks x bound by a New at now with the latest settings rs, and
+// starts its loop unless it runs.
+func (x *Exchanger) Bind(rs *Settings, now int64) {
 	x.mu.Lock()
 	x.rs = rs
 	x.mu.Unlock()
@@ -152,35 +126,67 @@ func (r *registry) exchangerFor(rs *regionSettings, own *backend) (*exchanger, e
 	if atomic.CompareAndSwapInt32(&x.running, 0, 1) {
 		go x.loop()
 	}
-	return x, nil
+}
+
+// Drop ends x's loop (at its next round): its configuration is gone.
+func (x *Exchanger) Drop() { atomic.StoreInt32(&x.dropped, 1) }
+
+// Bound returns when a New last bound x (monotonic ns).
+func (x *Exchanger) Bound() int64 { return atomic.LoadInt64(&x.bound) }
+
+// Own returns this region's Redis.
+func (x *Exchanger) Own() *redis.Client { return x.own }
+
+// Notes returns where requests note the keys that pressed.
+func (x *Exchanger) Notes() *Notes { return &x.notes }
+
+// Settings returns the latest settings.
+func (x *Exchanger) Settings() *Settings { return x.settings() }
+
+// Stats are an Exchanger's figures, for the metrics.
+type Stats struct {
+	Leading     bool
+	OK, Failed  int64 // exchanges led
+	Tracked     int64
+	ReportBytes int64
+	PeerUp      []bool // by peer
+}
+
+// Stats returns x's figures.
+func (x *Exchanger) Stats() Stats {
+	st := Stats{Leading: atomic.LoadInt32(&x.leading) == 1, OK: atomic.LoadInt64(&x.exchangesOK), Failed: atomic.LoadInt64(&x.exchangesKO),
+		Tracked: atomic.LoadInt64(&x.trackedN), ReportBytes: atomic.LoadInt64(&x.reportBytes)}
+	for i := range x.peerUp {
+		st.PeerUp = append(st.PeerUp, atomic.LoadInt32(&x.peerUp[i]) == 1)
+	}
+	return st
 }
 
 // settings returns the latest settings.
-func (x *exchanger) settings() *regionSettings {
+func (x *Exchanger) settings() *Settings {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.rs
 }
 
-// stale reports whether the loop should end: forgotten by the registry,
-// or not bound by New while other middlewares were built since.
-func (x *exchanger) stale() bool {
-	return atomic.LoadInt32(&x.dropped) == 1 ||
-		atomic.LoadInt64(&shared.lastNew)-atomic.LoadInt64(&x.bound) > int64(exchangerStale)
+// Stale reports whether the loop should end: dropped, or not bound by
+// New while other middlewares were built since (exchangerStale).
+func (x *Exchanger) Stale() bool {
+	return atomic.LoadInt32(&x.dropped) == 1 || x.lastNew()-atomic.LoadInt64(&x.bound) > int64(exchangerStale)
 }
 
 // loop runs the pod's part of the exchange every interval until stale. A
 // panic ends it; the next New starts another.
-func (x *exchanger) loop() {
+func (x *Exchanger) loop() {
 	defer func() {
 		_ = recover()
 		atomic.StoreInt32(&x.leading, 0)
 		atomic.StoreInt32(&x.running, 0)
 	}()
 	x.leadSlot = 0 // a loop started again starts as a new leader would
-	for !x.stale() {
+	for !x.Stale() {
 		rs := x.settings()
-		iv := int64(rs.interval)
+		iv := int64(rs.Interval)
 		slot := time.Now().UnixNano()/iv + 1
 		sleepUntil(slot*iv, iv)
 		x.flush(rs)
@@ -190,7 +196,7 @@ func (x *exchanger) loop() {
 			continue
 		}
 		atomic.StoreInt32(&x.leading, 1)
-		sleepUntil(slot*iv+iv*int64(25+50*rs.order/rs.regions)/100, iv)
+		sleepUntil(slot*iv+iv*int64(25+50*rs.Order/rs.Regions)/100, iv)
 		if x.exchange(rs, slot, clock.Mono()) {
 			atomic.AddInt64(&x.exchangesOK, 1)
 		} else {
@@ -220,52 +226,52 @@ func reportKeyOf(region string) string { return "tg{rg:" + region + "}:report" }
 func shareKey(bucket string) string { return bucket + "}s" }
 
 // flush adds the pod's notes to the region's hot hash.
-func (x *exchanger) flush(rs *regionSettings) {
+func (x *Exchanger) flush(rs *Settings) {
 	notes := x.notes.take()
 	if len(notes) == 0 {
 		return
 	}
-	hk := hotKey(rs.name)
+	hk := hotKey(rs.Name)
 	var b []byte
 	for k, n := range notes {
 		b = redis.AppendCommand(b, "HINCRBY", hk, k, strconv.FormatInt(n, 10))
 	}
-	b = redis.AppendCommand(b, "PEXPIRE", hk, strconv.FormatInt(int64(2*rs.interval/time.Millisecond), 10))
-	_, _ = x.own.sideDo(hk, b, len(notes)+1)
+	b = redis.AppendCommand(b, "PEXPIRE", hk, strconv.FormatInt(int64(2*rs.Interval/time.Millisecond), 10))
+	_, _ = x.own.SideDo(hk, b, len(notes)+1)
 }
 
 // lead reports whether this pod leads the region's exchange this
 // interval: it takes the lease (SET NX), or renews it when it holds it.
-// The holder is the exchanger (x.id), so that two exchangers of a region
+// The holder is the Exchanger (x.id), so that two exchangers of a region
 // in one process (its Redis written two ways) contend like two pods.
 // Plain commands, not a script (side.go); a lease that lapses between the
 // GET and the PEXPIRE at worst lets two pods exchange for an interval:
 // each still grows shares only into what the peers published, and the
 // demand counted that interval is split between them.
-func (x *exchanger) lead(rs *regionSettings) bool {
-	k := leadKey(rs.name)
-	ttl := strconv.FormatInt(int64(2*rs.interval/time.Millisecond), 10)
+func (x *Exchanger) lead(rs *Settings) bool {
+	k := leadKey(rs.Name)
+	ttl := strconv.FormatInt(int64(2*rs.Interval/time.Millisecond), 10)
 	b := redis.AppendCommand(nil, "SET", k, x.id, "NX", "PX", ttl)
 	b = redis.AppendCommand(b, "GET", k)
-	r, err := x.own.sideDo(k, b, 2)
+	r, err := x.own.SideDo(k, b, 2)
 	if err != nil || len(r[1]) != 1 || r[1][0] != x.id {
 		return false
 	}
 	if len(r[0]) == 1 && r[0][0] == "OK" {
 		return true // taken
 	}
-	r, err = x.own.sideDo(k, redis.AppendCommand(nil, "PEXPIRE", k, ttl), 1)
+	r, err = x.own.SideDo(k, redis.AppendCommand(nil, "PEXPIRE", k, ttl), 1)
 	return err == nil && len(r[0]) == 1 && r[0][0] == "1"
 }
 
 // exchange runs the leader's exchange of slot at now (monotonic ns); it
 // reports success.
-func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
-	iv := int64(rs.interval)
-	elapsed := rs.interval.Seconds()
+func (x *Exchanger) exchange(rs *Settings, slot, now int64) bool {
+	iv := int64(rs.Interval)
+	elapsed := rs.Interval.Seconds()
 	if x.leadSlot == 0 {
 		x.tracked = map[string]*keyShares{}
-		x.views = make([]peerView, len(rs.peers))
+		x.views = make([]peerView, len(rs.Peers))
 		for i := range x.views {
 			// Unheard until a peer's report changes: no share grows
 			// in a new leader's first exchange.
@@ -289,10 +295,10 @@ func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
 	}
 	// Acknowledged: the peers read in this exchange only, so that a peer
 	// we can no longer read sees its reports go unacknowledged.
-	rep := &report{region: rs.name, seq: slot, acks: map[string]int64{}, keys: map[string]reportKey{}}
-	for i, p := range rs.peers {
+	rep := &report{region: rs.Name, seq: slot, acks: map[string]int64{}, keys: map[string]reportKey{}}
+	for i, p := range rs.Peers {
 		if v := x.views[i]; v.rep != nil && v.readAt == now {
-			rep.acks[p.name] = v.rep.seq
+			rep.acks[p.Name] = v.rep.seq
 		}
 	}
 	var shrink, grow []shareOp
@@ -326,8 +332,8 @@ func (x *exchanger) exchange(rs *regionSettings, slot, now int64) bool {
 	atomic.StoreInt64(&x.trackedN, int64(len(x.tracked)))
 	body := encodeReport(rep)
 	atomic.StoreInt64(&x.reportBytes, int64(len(body)))
-	rk := reportKeyOf(rs.name)
-	r, err := x.own.sideDo(rk, redis.AppendCommand(nil, "SET", rk, string(body), "PX", strconv.FormatInt(int64(shrinkTTLSteps*rs.interval/time.Millisecond), 10)), 1)
+	rk := reportKeyOf(rs.Name)
+	r, err := x.own.SideDo(rk, redis.AppendCommand(nil, "SET", rk, string(body), "PX", strconv.FormatInt(int64(shrinkTTLSteps*rs.Interval/time.Millisecond), 10)), 1)
 	if err != nil || len(r[0]) != 1 || r[0][0] != "OK" {
 		return false // no share grows unpublished
 	}

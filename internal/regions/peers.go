@@ -1,4 +1,4 @@
-package tollgate
+package regions
 
 // The exchange's peers (exchange.go): their reports read at once, at most
 // one read of each in flight; how long each has been silent (its report
@@ -24,20 +24,20 @@ import (
 // silence among them, in whole intervals: since its report last changed,
 // or since it last acknowledged one of ours, measured on the monotonic
 // clock (a wall clock stepped back hides no silence).
-func (x *exchanger) hearPeers(rs *regionSettings, slot, now int64) int {
-	reps := make([]*report, len(rs.peers))
-	if len(x.reading) != len(rs.peers) {
-		x.reading = make([]int32, len(rs.peers))
+func (x *Exchanger) hearPeers(rs *Settings, slot, now int64) int {
+	reps := make([]*report, len(rs.Peers))
+	if len(x.reading) != len(rs.Peers) {
+		x.reading = make([]int32, len(rs.Peers))
 	}
-	read := make(chan peerRead, len(rs.peers)) // buffered: a late read never blocks
+	read := make(chan peerRead, len(rs.Peers)) // buffered: a late read never blocks
 	out := 0
-	for i, p := range rs.peers {
+	for i, p := range rs.Peers {
 		if atomic.CompareAndSwapInt32(&x.reading[i], 0, 1) {
-			go x.readPeerInto(read, &x.reading[i], i, p.name)
+			go x.readPeerInto(read, &x.reading[i], i, p.Name)
 			out++
 		}
 	}
-	wait := time.NewTimer(rs.interval / 2)
+	wait := time.NewTimer(rs.Interval / 2)
 	for got := 0; got < out; got++ {
 		select {
 		case r := <-read:
@@ -48,7 +48,7 @@ func (x *exchanger) hearPeers(rs *regionSettings, slot, now int64) int {
 	}
 	wait.Stop()
 	silent := 0
-	for i := range rs.peers {
+	for i := range rs.Peers {
 		rep := reps[i]
 		v := &x.views[i]
 		if rep != nil {
@@ -57,7 +57,7 @@ func (x *exchanger) hearPeers(rs *regionSettings, slot, now int64) int {
 			if v.rep != nil && rep.seq != v.rep.seq {
 				v.heard = now
 			}
-			if a, ok := rep.acks[rs.name]; ok && a >= slot-ackSteps && a <= slot && x.sentAt(a) != nil {
+			if a, ok := rep.acks[rs.Name]; ok && a >= slot-ackSteps && a <= slot && x.sentAt(a) != nil {
 				v.acked = now
 			}
 			v.rep = rep
@@ -68,7 +68,7 @@ func (x *exchanger) hearPeers(rs *regionSettings, slot, now int64) int {
 		if v.acked < last {
 			last = v.acked
 		}
-		if s := int((now - last) / int64(rs.interval)); s > silent {
+		if s := int((now - last) / int64(rs.Interval)); s > silent {
 			silent = s
 		}
 	}
@@ -83,7 +83,7 @@ type peerRead struct {
 
 // readPeerInto sends readPeer's report of peer i on read, then clears
 // reading.
-func (x *exchanger) readPeerInto(read chan<- peerRead, reading *int32, i int, name string) {
+func (x *Exchanger) readPeerInto(read chan<- peerRead, reading *int32, i int, name string) {
 	var rep *report
 	defer func() {
 		_ = recover()
@@ -95,9 +95,9 @@ func (x *exchanger) readPeerInto(read chan<- peerRead, reading *int32, i int, na
 
 // readPeer reads peer i's report from its Redis; nil when it cannot be
 // read or is malformed.
-func (x *exchanger) readPeer(i int, name string) *report {
+func (x *Exchanger) readPeer(i int, name string) *report {
 	rk := reportKeyOf(name)
-	r, err := x.peers[i].sideDo(rk, redis.AppendCommand(nil, "GET", rk), 1)
+	r, err := x.peers[i].SideDo(rk, redis.AppendCommand(nil, "GET", rk), 1)
 	if err != nil || len(r[0]) != 1 {
 		return nil
 	}
@@ -121,14 +121,14 @@ const maxSent = ackSteps + 2
 
 // remember keeps body, the report published for slot seq, as its peers
 // read it (parsed back: truncated numbers, keys left out past its bounds).
-func (x *exchanger) remember(rs *regionSettings, body []byte) {
+func (x *Exchanger) remember(rs *Settings, body []byte) {
 	rep, err := parseReport(body)
 	if err != nil {
 		return
 	}
 	sr := sentReport{seq: rep.seq, reserved: make(map[string]int64, len(rep.keys))}
 	for k, v := range rep.keys {
-		r := guarantee(v.demand, v.rate, rs.floor, rs.static) // as a peer computes it
+		r := guarantee(v.demand, v.rate, rs.Floor, rs.Static) // as a peer computes it
 		if v.share > r {
 			r = v.share
 		}
@@ -141,7 +141,7 @@ func (x *exchanger) remember(rs *regionSettings, body []byte) {
 }
 
 // sentAt is the report published for seq, or nil.
-func (x *exchanger) sentAt(seq int64) *sentReport {
+func (x *Exchanger) sentAt(seq int64) *sentReport {
 	for i := len(x.sent) - 1; i >= 0; i-- {
 		if x.sent[i].seq == seq {
 			return &x.sent[i]
@@ -153,14 +153,14 @@ func (x *exchanger) sentAt(seq int64) *sentReport {
 // reservedFor is the least, over the peers, of what the report each last
 // acknowledged reserved for this region of k, ppm; 0 when a peer's is not
 // known (unread, no ack, or a report no longer kept).
-func (x *exchanger) reservedFor(rs *regionSettings, k string) int64 {
+func (x *Exchanger) reservedFor(rs *Settings, k string) int64 {
 	least := int64(-1)
-	for i := range rs.peers {
+	for i := range rs.Peers {
 		v := x.views[i].rep
 		if v == nil {
 			return 0
 		}
-		a, ok := v.acks[rs.name]
+		a, ok := v.acks[rs.Name]
 		if !ok {
 			return 0
 		}
@@ -170,7 +170,7 @@ func (x *exchanger) reservedFor(rs *regionSettings, k string) int64 {
 		}
 		r, listed := sr.reserved[k]
 		if !listed {
-			r = rs.static
+			r = rs.Static
 		}
 		if least < 0 || r < least {
 			least = r

@@ -1,4 +1,4 @@
-package tollgate
+package regions
 
 // The keys an exchange decides (exchange.go): the notes the pods took
 // (takeHot), the candidates among them and the tracked and the peers'
@@ -20,13 +20,13 @@ import (
 // client keys, cost some keys an interval, never the exchange). hot holds
 // every key noted, with the tokens refused from the pods' memory; fresh
 // the tokens Redis decided.
-func (x *exchanger) takeHot(rs *regionSettings) (hot, fresh map[string]float64, err error) {
-	hk := hotKey(rs.name)
+func (x *Exchanger) takeHot(rs *Settings) (hot, fresh map[string]float64, err error) {
+	hk := hotKey(rs.Name)
 	taking := hk + ":taking"
 	b := redis.AppendCommand(nil, "RENAME", hk, taking)
 	b = redis.AppendCommand(b, "HRANDFIELD", taking, strconv.Itoa(maxHotRead), "WITHVALUES")
 	b = redis.AppendCommand(b, "DEL", taking)
-	r, err := x.own.sideDo(hk, b, 3)
+	r, err := x.own.SideDo(hk, b, 3)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -51,7 +51,7 @@ func (x *exchanger) takeHot(rs *regionSettings) (hot, fresh map[string]float64, 
 // (tokens per second) and the limit's rate (0: unknown), adds it to rep
 // unless it is no longer tracked, and returns the write of its share and
 // whether it grows.
-func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, rate float64, hotHere bool, slot int64, silent int) (shareOp, bool) {
+func (x *Exchanger) decideKey(rs *Settings, rep *report, k string, asked, rate float64, hotHere bool, slot int64, silent int) (shareOp, bool) {
 	ks := x.tracked[k]
 	if ks == nil {
 		ks = &keyShares{demand: asked, pressed: slot, unmeasured: !hotHere}
@@ -63,8 +63,8 @@ func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, 
 	if ks.demand < 1e-3 {
 		ks.demand = 0
 	}
-	ks.peerD = make([]float64, len(rs.peers))
-	ks.peerPub = make([]int64, len(rs.peers))
+	ks.peerD = make([]float64, len(rs.Peers))
+	ks.peerPub = make([]int64, len(rs.Peers))
 	othersStatic := true
 	// The limit's rate: as the script here wrote it, else the least a
 	// peer says (a region with no traffic for the key has not charged
@@ -72,7 +72,7 @@ func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, 
 	if rate > 0 {
 		ks.rate, ks.ownRate = rate, true
 	}
-	for i := range rs.peers {
+	for i := range rs.Peers {
 		if v := x.views[i].rep; v != nil && !ks.ownRate {
 			if g := v.keys[k].rate; g > 0 && (g < ks.rate || ks.rate == 0) {
 				ks.rate = g
@@ -91,35 +91,35 @@ func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, 
 	if slot-ks.pressed >= retireQuiet {
 		below = 1
 	}
-	retiring := !hotHere && ks.rate > 0 && ks.demand <= below*float64(rs.static)/ppm*ks.rate
-	for i, p := range rs.peers {
+	retiring := !hotHere && ks.rate > 0 && ks.demand <= below*float64(rs.Static)/ppm*ks.rate
+	for i, p := range rs.Peers {
 		if v := x.views[i].rep; v != nil {
 			if pk, ok := v.keys[k]; ok {
 				ks.peerD[i], ks.peerPub[i] = pk.demand, pk.share
-				othersStatic = othersStatic && pk.share == p.static
-				retiring = retiring && pk.demand <= below*float64(p.static)/ppm*ks.rate
+				othersStatic = othersStatic && pk.share == p.Static
+				retiring = retiring && pk.demand <= below*float64(p.Static)/ppm*ks.rate
 			}
 		}
 	}
 	was := ks.share
 	if was == 0 {
-		was = rs.static
+		was = rs.Static
 	}
 	next := nextShare(rs, ks, silent)
 	if retiring && silent <= holdSteps {
 		next = retireShare(rs, ks, was, silent)
 	}
-	op := shareOp{key: shareKey(k), share: next, ttlMS: int64(shrinkTTLSteps * rs.interval / time.Millisecond), bucket: k, was: was, ks: ks}
-	if next > rs.static {
-		op.ttlMS = int64(growTTLSteps * rs.interval / time.Millisecond)
+	op := shareOp{key: shareKey(k), share: next, ttlMS: int64(shrinkTTLSteps * rs.Interval / time.Millisecond), bucket: k, was: was, ks: ks}
+	if next > rs.Static {
+		op.ttlMS = int64(growTTLSteps * rs.Interval / time.Millisecond)
 	}
-	if next == rs.static && othersStatic && !hotHere && !ks.unmeasured && (ks.demand == 0 || retiring) {
+	if next == rs.Static && othersStatic && !hotHere && !ks.unmeasured && (ks.demand == 0 || retiring) {
 		// Untracked (not while its demand here is not counted yet: its
 		// hash is written, so that the script counts it). Back to static
 		// from above, the hash goes; from below, it says static until it
 		// lapses, so that the bucket's next charge sees its share grow and
 		// keeps its tokens.
-		if was >= rs.static {
+		if was >= rs.Static {
 			op.share = 0
 		}
 		delete(x.tracked, k)
@@ -132,14 +132,14 @@ func (x *exchanger) decideKey(rs *regionSettings, rep *report, k string, asked, 
 
 // restore takes over the region's tracked keys from its own report, when
 // this pod becomes the leader.
-func (x *exchanger) restore(rs *regionSettings) {
-	rk := reportKeyOf(rs.name)
-	r, err := x.own.sideDo(rk, redis.AppendCommand(nil, "GET", rk), 1)
+func (x *Exchanger) restore(rs *Settings) {
+	rk := reportKeyOf(rs.Name)
+	r, err := x.own.SideDo(rk, redis.AppendCommand(nil, "GET", rk), 1)
 	if err != nil || len(r[0]) != 1 {
 		return
 	}
 	rep, err := parseReport([]byte(r[0][0]))
-	if err != nil || rep.region != rs.name {
+	if err != nil || rep.region != rs.Name {
 		return
 	}
 	for k, v := range rep.keys {
@@ -152,7 +152,7 @@ func (x *exchanger) restore(rs *regionSettings) {
 // that pressed here (most tokens first), then those the peers heard from
 // list (most demand first), at most maxTracked. When every share is to be
 // static (silent past staticSteps) they are the tracked keys alone.
-func (x *exchanger) candidates(rs *regionSettings, hot map[string]float64, silent int) []string {
+func (x *Exchanger) candidates(rs *Settings, hot map[string]float64, silent int) []string {
 	keys := make([]string, 0, len(x.tracked))
 	seen := map[string]bool{}
 	for k := range x.tracked {
@@ -174,7 +174,7 @@ func (x *exchanger) candidates(rs *regionSettings, hot map[string]float64, silen
 			seen[k] = true
 		}
 	}
-	for i := range rs.peers {
+	for i := range rs.Peers {
 		if v := x.views[i].rep; v != nil {
 			for k, pk := range v.keys {
 				if !seen[k] {

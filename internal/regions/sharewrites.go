@@ -1,4 +1,4 @@
-package tollgate
+package regions
 
 // The exchange's reads and writes beside the buckets, in the region's own
 // Redis: the demand counted and the limit's rate (readCounts), and the
@@ -14,12 +14,12 @@ import (
 // readCounts reads, beside each key's bucket, the demand counted (tokens
 // since the last exchange; -1 when what is there is not a count) and the
 // limit's rate (tokens per second, written by the script), node by node.
-func (x *exchanger) readCounts(keys []string) (map[string]int64, map[string]float64, error) {
+func (x *Exchanger) readCounts(keys []string) (map[string]int64, map[string]float64, error) {
 	counts := make(map[string]int64, len(keys))
 	rates := make(map[string]float64, len(keys))
 	byNode := map[*redis.Pool][]string{}
 	for _, k := range keys {
-		if c := x.own.rc.NodeFor(k); c != nil {
+		if c := x.own.NodeFor(k); c != nil {
 			byNode[c] = append(byNode[c], k)
 		}
 	}
@@ -89,12 +89,12 @@ func (tx *shareTx) add(i int, verb string, args ...string) {
 // CROSSSLOT, MOVED while slots move), a lost connection or a topology not
 // known yet fails every op it holds; an error inside EXEC (another type
 // at the key) fails its op alone: the others' commands ran.
-func (x *exchanger) writeShares(ops []shareOp) []bool {
+func (x *Exchanger) writeShares(ops []shareOp) []bool {
 	done := make([]bool, len(ops))
-	cluster := x.own.base.mode == redis.Cluster
+	cluster := x.own.Mode() == redis.Cluster
 	byNode := map[*redis.Pool]map[int]*shareTx{}
 	for i, op := range ops {
-		c := x.own.rc.NodeFor(op.key)
+		c := x.own.NodeFor(op.key)
 		if c == nil {
 			continue
 		}
@@ -182,10 +182,10 @@ func isErrorValue(v string) bool {
 // published larger before its write, which errs on the safe side; the
 // exchange remembers it larger, so that any later cut is applied before it
 // is published.
-func (x *exchanger) unapplied(rs *regionSettings, rep *report, op shareOp) {
+func (x *Exchanger) unapplied(rs *Settings, rep *report, op shareOp) {
 	applied := op.share
 	if applied == 0 {
-		applied = rs.static
+		applied = rs.Static
 	}
 	if op.was <= applied || op.ks == nil {
 		return

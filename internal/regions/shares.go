@@ -1,4 +1,4 @@
-package tollgate
+package regions
 
 // The share model: the target of a key's share in this region and the
 // bounds it moves within (the exchange that applies them: exchange.go).
@@ -85,30 +85,30 @@ func needOf(d, rate float64) float64 {
 // its own script wrote it (a rate only a peer gave cuts nothing: any
 // demand then holds the static share), static while its demand here is
 // not counted yet.
-func ownGuarantee(rs *regionSettings, k *keyShares) int64 {
+func ownGuarantee(rs *Settings, k *keyShares) int64 {
 	if k.unmeasured {
-		return rs.static
+		return rs.Static
 	}
 	rate := k.rate
 	if !k.ownRate {
 		rate = 0
 	}
-	return guarantee(k.demand, rate, rs.floor, rs.static)
+	return guarantee(k.demand, rate, rs.Floor, rs.Static)
 }
 
 // targetShare is this region's target share of k, ppm (the model above).
-func targetShare(rs *regionSettings, k *keyShares) int64 {
-	n := 1 + len(rs.peers)
+func targetShare(rs *Settings, k *keyShares) int64 {
+	n := 1 + len(rs.Peers)
 	// One assignment a line: in a tuple assignment Yaegi loses the value
 	// of a conversion of a call (float64(f())).
 	need, g, static := make([]float64, n), make([]float64, n), make([]float64, n)
 	need[0] = needOf(k.demand, ownRate(k))
 	g[0] = float64(ownGuarantee(rs, k))
-	static[0] = float64(rs.static)
-	for i, p := range rs.peers {
+	static[0] = float64(rs.Static)
+	for i, p := range rs.Peers {
 		need[i+1] = needOf(k.peerD[i], k.rate)
-		g[i+1] = float64(guarantee(k.peerD[i], k.rate, p.floor, p.static))
-		static[i+1] = float64(p.static)
+		g[i+1] = float64(guarantee(k.peerD[i], k.rate, p.Floor, p.Static))
+		static[i+1] = float64(p.Static)
 	}
 	spare := float64(ppm)
 	var excess, needs, statics float64
@@ -148,17 +148,17 @@ func ownRate(k *keyShares) float64 {
 // nextShare is a key's share after this exchange (ppm), given the
 // exchange's state: silent is the longest silence of a peer, in intervals
 // (0 when every peer was heard).
-func nextShare(rs *regionSettings, k *keyShares, silent int) int64 {
+func nextShare(rs *Settings, k *keyShares, silent int) int64 {
 	cur := k.share
 	if cur == 0 {
-		cur = rs.static
+		cur = rs.Static
 	}
 	switch {
 	case silent > staticSteps:
-		return rs.static
+		return rs.Static
 	case silent > holdSteps:
-		if cur > rs.static {
-			return rs.static
+		if cur > rs.Static {
+			return rs.Static
 		}
 		return cur
 	}
@@ -167,8 +167,8 @@ func nextShare(rs *regionSettings, k *keyShares, silent int) int64 {
 
 // retireShare is nextShare for a key that no longer needs tracking: its
 // target is static.
-func retireShare(rs *regionSettings, k *keyShares, cur int64, silent int) int64 {
-	return bounded(rs, k, rs.static, cur, silent)
+func retireShare(rs *Settings, k *keyShares, cur int64, silent int) int64 {
+	return bounded(rs, k, rs.Static, cur, silent)
 }
 
 // bounded is the share a key moves to from cur towards target: at most
@@ -176,7 +176,7 @@ func retireShare(rs *regionSettings, k *keyShares, cur int64, silent int) int64 
 // reserved for this region is its own), at least the floor, never below
 // this region's guarantee unless cur is (a peer's claim cuts nothing this
 // region's demand needs), and no higher than cur while a peer is unheard.
-func bounded(rs *regionSettings, k *keyShares, target, cur int64, silent int) int64 {
+func bounded(rs *Settings, k *keyShares, target, cur int64, silent int) int64 {
 	next := target
 	room := roomFor(rs, k)
 	if room < k.reserved {
@@ -185,8 +185,8 @@ func bounded(rs *regionSettings, k *keyShares, target, cur int64, silent int) in
 	if next > room {
 		next = room
 	}
-	if next < rs.floor {
-		next = rs.floor
+	if next < rs.Floor {
+		next = rs.Floor
 	}
 	if g := ownGuarantee(rs, k); next < g && next < cur {
 		next = g
@@ -203,14 +203,14 @@ func bounded(rs *regionSettings, k *keyShares, target, cur int64, silent int) in
 // roomFor is what the peers' claims on k leave, ppm: a peer claims the
 // larger of its published share (its static share when it does not list
 // k) and its guarantee (what its demand needs, which it may not hold yet).
-func roomFor(rs *regionSettings, k *keyShares) int64 {
+func roomFor(rs *Settings, k *keyShares) int64 {
 	room := int64(ppm)
-	for i, p := range rs.peers {
+	for i, p := range rs.Peers {
 		claim := k.peerPub[i]
 		if claim <= 0 {
-			claim = p.static
+			claim = p.Static
 		}
-		if g := guarantee(k.peerD[i], k.rate, p.floor, p.static); g > claim {
+		if g := guarantee(k.peerD[i], k.rate, p.Floor, p.Static); g > claim {
 			claim = g
 		}
 		room -= claim
