@@ -14,6 +14,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redis"
+	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 // TestRefillBound: a bucket that takes over 100 years to refill is refused
@@ -51,7 +54,7 @@ func TestRefillBound(t *testing.T) {
 // TestLongestBucketOnRedis: a bucket at the bound (100 tokens at 1 per
 // 8760h, emptied by one request) refuses the next request.
 func TestLongestBucketOnRedis(t *testing.T) {
-	addr := startLiveRedis(t)
+	addr := redistest.Start(t)
 	h := handlerOn(t, addr, func(c *Config) {
 		c.Class = uniqueName("long")
 		c.Average, c.Period, c.Burst, c.Cost = 1, "8760h", 100, 100
@@ -70,7 +73,7 @@ func TestLongestBucketOnRedis(t *testing.T) {
 // full bucket. The script and its Go twin refuse the second request, with
 // waits cut at maxWaitMS.
 func TestRegionShareOfLongBucketOnRedis(t *testing.T) {
-	addr := startLiveRedis(t)
+	addr := redistest.Start(t)
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -83,14 +86,14 @@ func TestRegionShareOfLongBucketOnRedis(t *testing.T) {
 		if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := nc.Write(appendCommand(nil, "EVAL", args...)); err != nil {
+		if _, err := nc.Write(redis.AppendCommand(nil, "EVAL", args...)); err != nil {
 			t.Fatal(err)
 		}
-		line, err := readLine(br)
+		line, err := br.ReadString('\n')
 		if err != nil {
 			t.Fatal(err)
 		}
-		return string(line)
+		return strings.TrimSuffix(line, "\r\n")
 	}
 	// The twin, at the share the script charges.
 	sh := 124.0 / ppm

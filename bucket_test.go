@@ -155,7 +155,7 @@ func TestLuaScriptKeepsItsContract(t *testing.T) {
 	if epochUS != 1700000000*1000000 {
 		t.Fatalf("epochUS = %d, out of step with the script", int64(epochUS))
 	}
-	if len(bucketSHA) != 40 {
-		t.Fatalf("bucketSHA = %q", bucketSHA)
+	if len(bucket.SHA) != 40 {
+		t.Fatalf("bucket.SHA = %q", bucket.SHA)
 	}
 }

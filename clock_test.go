@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
 // TestDurationsUseTheMonotonicClock reads the package's source: no
@@ -47,7 +49,7 @@ func TestDurationsUseTheMonotonicClock(t *testing.T) {
 				switch sel.Sel.Name {
 				case "Unix", "UnixNano", "UnixMicro", "UnixMilli":
 					if !allowed[name+":"+fn.Name.Name] {
-						t.Errorf("%s: %s reads the wall clock (%s): measure durations on the monotonic clock (clock.go)", fset.Position(sel.Pos()), fn.Name.Name, sel.Sel.Name)
+						t.Errorf("%s: %s reads the wall clock (%s): measure durations on the clock.Mono clock (clock.go)", fset.Position(sel.Pos()), fn.Name.Name, sel.Sel.Name)
 					}
 				}
 				return true
@@ -57,7 +59,7 @@ func TestDurationsUseTheMonotonicClock(t *testing.T) {
 }
 
 func TestReaderHoldsTheLongestDecision(t *testing.T) {
-	if maxDecisionLine > readerSize {
-		t.Fatalf("the longest decision (%d bytes) does not fit the reply reader (%d)", maxDecisionLine, readerSize)
+	if maxDecisionLine > redis.MaxLine {
+		t.Fatalf("the longest decision (%d bytes) does not fit the reply reader (%d)", maxDecisionLine, redis.MaxLine)
 	}
 }

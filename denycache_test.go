@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 func TestDenyCacheSteps(t *testing.T) {
@@ -100,8 +102,8 @@ func TestDenyCacheIsBounded(t *testing.T) {
 }
 
 func TestRefusalsAreRepeatedWithoutRedis(t *testing.T) {
-	f := startFake(t, "+0 0 1500 5000\r\n")
-	var h http.Handler = handlerOn(t, f.l.Addr().String(), func(c *Config) { c.DecisionHeader = "X-Decision" })
+	f := redistest.StartFake(t, "+0 0 1500 5000\r\n")
+	var h http.Handler = handlerOn(t, f.Addr(), func(c *Config) { c.DecisionHeader = "X-Decision" })
 	for i := 0; i < 5; i++ {
 		rec := serve(h, t.Name())
 		want := "cache"
@@ -113,23 +115,23 @@ func TestRefusalsAreRepeatedWithoutRedis(t *testing.T) {
 			t.Fatalf("refusal %d: %d %v; want 429 decided by %s with the same headers", i, rec.Code, rec.Header(), want)
 		}
 	}
-	if n := atomic.LoadInt64(&f.evals); n != 1 {
+	if n := atomic.LoadInt64(&f.Evals); n != 1 {
 		t.Fatalf("5 refusals cost %d Redis calls, want 1", n)
 	}
 	// Another client is not refused by this one's refusal.
 	serve(h, t.Name()+"-other")
-	if n := atomic.LoadInt64(&f.evals); n != 2 {
+	if n := atomic.LoadInt64(&f.Evals); n != 2 {
 		t.Fatalf("another client: %d Redis calls in all, want 2", n)
 	}
 }
 
 func TestAdmissionsAreNotCached(t *testing.T) {
-	f := startFake(t, "+1 3 0 2000\r\n")
-	var h http.Handler = handlerOn(t, f.l.Addr().String(), nil)
+	f := redistest.StartFake(t, "+1 3 0 2000\r\n")
+	var h http.Handler = handlerOn(t, f.Addr(), nil)
 	for i := 0; i < 5; i++ {
 		serve(h, t.Name())
 	}
-	if n := atomic.LoadInt64(&f.evals); n != 5 {
+	if n := atomic.LoadInt64(&f.Evals); n != 5 {
 		t.Fatalf("5 admitted requests cost %d Redis calls, want 5", n)
 	}
 }

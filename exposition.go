@@ -71,18 +71,18 @@ func (r *registry) regionRows() []metrics.RegionRow {
 	for _, n := range names {
 		x := byName[n]
 		st := x.Stats()
-		row := metrics.RegionRow{Name: n, Leading: flag(st.Leading), OK: st.OK, Failed: st.Failed, Tracked: st.Tracked, ReportBytes: st.ReportBytes}
+		row := metrics.RegionRow{Name: n, Leading: oneIf(st.Leading), OK: st.OK, Failed: st.Failed, Tracked: st.Tracked, ReportBytes: st.ReportBytes}
 		for i, p := range x.Settings().Peers {
 			row.Peers = append(row.Peers, p.Name)
-			row.PeerUp = append(row.PeerUp, flag(st.PeerUp[i]))
+			row.PeerUp = append(row.PeerUp, oneIf(st.PeerUp[i]))
 		}
 		rows = append(rows, row)
 	}
 	return rows
 }
 
-// flag is 1 for true.
-func flag(v bool) int64 {
+// oneIf is 1 for true.
+func oneIf(v bool) int64 {
 	if v {
 		return 1
 	}

@@ -34,7 +34,6 @@ package tollgate
 import (
 	"sync/atomic"
 	"time"
-
 )
 
 // breakerWindow is the span over which the breaker compares failures with

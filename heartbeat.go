@@ -216,15 +216,28 @@ func heartbeatOn(c *redis.Pool, batch []*heartbeat, now int64) {
 		return
 	}
 	for i, hb := range batch {
-		r := replies[4*i+3]
-		if len(r) != 1 {
-			continue
+		var n int64
+		for j := 0; j < 4 && n >= 0; j++ {
+			n = replyInt(replies[4*i+j])
 		}
-		if n, err := strconv.ParseInt(r[0], 10, 64); err == nil && n > 0 {
+		if n > 0 {
 			atomic.StoreInt64(&hb.seen, n)
 			atomic.CompareAndSwapInt64(&hb.first, 0, now)
 		}
 	}
+}
+
+// replyInt is a reply that is one integer, at least 0; -1 for anything
+// else (an error reply, an ACL's refusal).
+func replyInt(r []string) int64 {
+	if len(r) != 1 {
+		return -1
+	}
+	n, err := strconv.ParseInt(r[0], 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
 }
 
 var timeCmd = redis.AppendCommand(nil, "TIME")

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 // TestExtraKeyLinesGainNothing: a client holding one valid API
@@ -42,7 +44,7 @@ func TestExtraKeyLinesGainNothing(t *testing.T) {
 // while the local fallback gives the whole limit. Login 4 per hour, burst
 // 4, shards 4: from one IP, 10 logins should get 4 (they get 1).
 func TestShardsLeaveARuleKeyedItsOwnWayWhole(t *testing.T) {
-	addr := startLiveRedis(t)
+	addr := redistest.Start(t)
 	var h http.Handler = handlerOn(t, addr, func(c *Config) {
 		c.Class = uniqueName("shardlogin")
 		c.Average, c.Period, c.Burst = 400, "1h", 400
@@ -205,11 +207,11 @@ func TestPasswordFileOutsideAllowedDirsIsNeverSent(t *testing.T) {
 	if err := os.WriteFile(path, []byte(secret), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f := startFake(t, "+1 4 0 1000\r\n") // a listener the configuration names, recording AUTH
+	f := redistest.StartFake(t, "+1 4 0 1000\r\n") // a listener the configuration names, recording AUTH
 	cfg := CreateConfig()
 	cfg.Class = uniqueName("exfil")
 	cfg.Average = 1
-	cfg.Redis.Endpoints = []string{f.l.Addr().String()}
+	cfg.Redis.Endpoints = []string{f.Addr()}
 	cfg.Redis.PasswordFile = path
 	cfg.Redis.Username = uniqueName("u")
 	_, err := New(nil, http.NotFoundHandler(), cfg, "api")
@@ -220,9 +222,9 @@ func TestPasswordFileOutsideAllowedDirsIsNeverSent(t *testing.T) {
 		return // refused: nothing is dialled
 	}
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		f.mu.Lock()
-		sent := len(f.auths) > 0 && f.auths[0] == secret
-		f.mu.Unlock()
+		f.Mu.Lock()
+		sent := len(f.Auths) > 0 && f.Auths[0] == secret
+		f.Mu.Unlock()
 		if sent {
 			t.Fatalf("the endpoint named by the dynamic configuration received the content of %s in AUTH", path)
 		}

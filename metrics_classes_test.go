@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 // TestMetricsClassesRestrictTheEndpoint: a serveMetrics middleware showed
@@ -11,11 +13,11 @@ import (
 // metricsClasses it shows those classes' series alone, and nothing of the
 // process (deny caches, Redis, regions). Without it nothing changes.
 func TestMetricsClassesRestrictTheEndpoint(t *testing.T) {
-	f := startFake(t, "+1 4 0 1000 4 0 1000\r\n") // two buckets: the top level and login
+	f := redistest.StartFake(t, "+1 4 0 1000 4 0 1000\r\n") // two buckets: the top level and login
 	mine, other := uniqueName("tenant-a"), uniqueName("tenant-b")
 	for _, class := range []string{mine, other} {
 		class := class
-		var h http.Handler = handlerOn(t, f.l.Addr().String(), func(c *Config) {
+		var h http.Handler = handlerOn(t, f.Addr(), func(c *Config) {
 			c.Class = class
 			c.Rules = []Rule{{Name: "login", PathPrefix: "/", Average: 5}}
 		})

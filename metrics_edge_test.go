@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 // TestShadowRuleCachesNoRefusalPastTheEnforcingWait: a request refused by
@@ -21,7 +24,7 @@ import (
 // cache, for as long as the shadow rule's wait: the shadow rule refuses
 // traffic that the enforcing policies alone would admit.
 func TestShadowRuleCachesNoRefusalPastTheEnforcingWait(t *testing.T) {
-	addr := startLiveRedis(t)
+	addr := redistest.Start(t)
 	class := uniqueName("review-shadowcache")
 	h := handlerOn(t, addr, func(c *Config) {
 		c.Class = class
@@ -49,23 +52,23 @@ func TestShadowRuleCachesNoRefusalPastTheEnforcingWait(t *testing.T) {
 // set grows with every reload (each New builds new caches) and pins the
 // caches and their entries for ever.
 func TestDenyCachesAreNotKeptAcrossReloads(t *testing.T) {
-	f := startFake(t, "+0 0 1 1\r\n") // refused, 1 ms to wait
+	f := redistest.StartFake(t, "+0 0 1 1\r\n") // refused, 1 ms to wait
 	user := uniqueName("review-denyleak")
 	denies := func() int {
-		shared.metrics.mu.Lock()
-		defer shared.metrics.mu.Unlock()
-		return len(shared.metrics.denies)
+		shared.denies.mu.Lock()
+		defer shared.denies.mu.Unlock()
+		return len(shared.denies.denies)
 	}
 	before := denies()
 	const reloads = 200
 	for i := 0; i < reloads; i++ { // each New is a reload; the old instance is dropped
-		h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Username = user })
+		h := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Username = user })
 		if rec := serve(h, "k"); rec.Code != 429 {
 			t.Fatalf("reload %d: %d, want 429", i, rec.Code)
 		}
 	}
 	time.Sleep(20 * time.Millisecond) // every refusal has expired
-	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Username = user })
+	h := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Username = user })
 	serve(h, "k")
 	if grown := denies() - before; grown > 10 {
 		t.Fatalf("after %d reloads with no scrape, the metrics registry holds %d more deny caches (all of dropped instances, "+
@@ -80,9 +83,9 @@ func TestDenyCachesAreNotKeptAcrossReloads(t *testing.T) {
 // errors and two breaker failures (the breaker opens at half its
 // threshold of requests).
 func TestShadowFailClosedAsksRedisOnce(t *testing.T) {
-	f := startFake(t, "+1 4 0 1000 4 0 1000\r\n")
+	f := redistest.StartFake(t, "+1 4 0 1000 4 0 1000\r\n")
 	class, redis := uniqueName("review-shadow2x"), uniqueName("review-shadow2x-redis")
-	h := handlerOn(t, f.l.Addr().String(), func(c *Config) {
+	h := handlerOn(t, f.Addr(), func(c *Config) {
 		c.Class = class
 		c.Redis.Name = redis
 		c.Redis.Timeout = "200ms"
@@ -91,7 +94,7 @@ func TestShadowFailClosedAsksRedisOnce(t *testing.T) {
 	if rec := serve(h, "k"); rec.Code != 200 { // warm: a connection is up
 		t.Fatalf("warm-up: %d", rec.Code)
 	}
-	f.freeze()
+	f.Freeze()
 	start := time.Now()
 	rec := serve(h, "k2")
 	took := time.Since(start)
@@ -99,7 +102,7 @@ func TestShadowFailClosedAsksRedisOnce(t *testing.T) {
 		t.Fatalf("shadow rule fails closed, top level open, Redis frozen: %d, want 200 (local)", rec.Code)
 	}
 	var errs int64
-	for _, v := range h.be.metrics.errors {
+	for _, v := range h.be.metrics.Errors {
 		errs += v
 	}
 	if errs != 1 || took >= 400*time.Millisecond {
@@ -139,12 +142,12 @@ func TestLocalNearLimitIsOfThePodsShare(t *testing.T) {
 // long as the connection is used), and two middlewares naming one
 // connection differently get one of the names.
 func TestRedisNameFollowsReloads(t *testing.T) {
-	f := startFake(t, "+1 4 0 1000\r\n")
+	f := redistest.StartFake(t, "+1 4 0 1000\r\n")
 	user := uniqueName("review-rename")
 	oldName, newName := uniqueName("review-old"), uniqueName("review-new")
 	for _, name := range []string{oldName, newName} {
 		name := name
-		h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Username = user; c.Redis.Name = name })
+		h := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Username = user; c.Redis.Name = name })
 		serve(h, "k")
 	}
 	m := scrape(t)
@@ -158,10 +161,10 @@ func TestRedisNameFollowsReloads(t *testing.T) {
 // deny caches register), reloads and scrapes at once, for -race and lock
 // order.
 func TestConcurrentScrapesServesAndReloads(t *testing.T) {
-	f := startFake(t, "+0 0 50 1000\r\n")
+	f := redistest.StartFake(t, "+0 0 50 1000\r\n")
 	class := uniqueName("review-concurrent")
 	mk := func() http.Handler {
-		return handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Class = class; c.Redis.Username = class })
+		return handlerOn(t, f.Addr(), func(c *Config) { c.Class = class; c.Redis.Username = class })
 	}
 	var wg sync.WaitGroup
 	var done int32
@@ -194,18 +197,18 @@ func TestConcurrentScrapesServesAndReloads(t *testing.T) {
 // found it held tollgate_breaker_open at 1 for backendIdle). Its counters
 // stay in the name's totals.
 func TestReplacedBackendLeavesTheGauges(t *testing.T) {
-	f := startFake(t, "+1 4 0 1000\r\n")
+	f := redistest.StartFake(t, "+1 4 0 1000\r\n")
 	redis := uniqueName("abandoned")
-	f.down(true)
-	old := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Name = redis; c.Redis.BreakerThreshold = 2 })
+	f.Down(true)
+	old := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Name = redis; c.Redis.BreakerThreshold = 2 })
 	for i := 0; i < 10; i++ {
 		serve(old, "k")
 	}
 	if !old.be.breaker.isOpen() {
 		t.Fatal("setup: the old backend's breaker did not open")
 	}
-	f.down(false)
-	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Name = redis; c.Redis.BreakerThreshold = 2 })
+	f.Down(false)
+	h := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Name = redis; c.Redis.BreakerThreshold = 2 })
 	for i := 0; i < 3; i++ {
 		if rec := serve(h, "k"); rec.Code != 200 {
 			t.Fatalf("after the reload: %d", rec.Code)
@@ -225,51 +228,30 @@ func TestReplacedBackendLeavesTheGauges(t *testing.T) {
 }
 
 // TestForgottenPolicyReturnsAtItsNextNew: the registry keeps at most
-// maxPolicyMetrics policies; once full, a policy neither compiled nor
-// counting for metricsIdle is forgotten, and an instance still serving it
+// metrics.MaxPolicies policies; once full, a policy neither compiled nor
+// counting for metrics.Idle is forgotten, and an instance still serving it
 // counts where no scrape looks, until New builds the class again (the
 // review found the README promised it back with its totals).
 func TestForgottenPolicyReturnsAtItsNextNew(t *testing.T) {
 	saved, savedNow := shared.metrics, shared.now
-	shared.metrics = newMetricsRegistry()
+	shared.metrics = metrics.NewRegistry()
 	defer func() { shared.metrics, shared.now = saved, savedNow }()
-	f := startFake(t, "+1 4 0 1000\r\n")
+	f := redistest.StartFake(t, "+1 4 0 1000\r\n")
 	class := uniqueName("forgotten")
-	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Class = class })
+	h := handlerOn(t, f.Addr(), func(c *Config) { c.Class = class })
 	serve(h, "k")
 	scrape(t) // its total seen
-	later := shared.now() + int64(metricsIdle) + int64(time.Minute)
-	for i := 0; i < maxPolicyMetrics; i++ { // other classes compiled 11 minutes later fill the registry
-		shared.metrics.policy("other", fmt.Sprint(i), later)
+	later := shared.now() + int64(metrics.Idle) + int64(time.Minute)
+	for i := 0; i < metrics.MaxPolicies; i++ { // other classes compiled 11 minutes later fill the registry
+		shared.metrics.Policy("other", fmt.Sprint(i), later)
 	}
 	shared.now = func() int64 { return later + int64(time.Second) }
 	if _, ok := scrape(t)[requests(class, class, "redis", "allowed")]; ok {
 		t.Fatal("a forgotten policy is still served")
 	}
-	h = handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Class = class }) // a reload
+	h = handlerOn(t, f.Addr(), func(c *Config) { c.Class = class }) // a reload
 	serve(h, "k")
 	if got := scrape(t)[requests(class, class, "redis", "allowed")]; got != 1 {
 		t.Fatalf("after the class's next New: allowed = %v, want 1 (counting again, from zero)", got)
-	}
-}
-
-// TestMetricsCapsAreSoft: maxPolicyMetrics bounds what the registry keeps
-// of classes and policies left out of the output; live ones are never
-// dropped for room (the registry grows past it), as the README says.
-func TestMetricsCapsAreSoft(t *testing.T) {
-	r := newMetricsRegistry()
-	now := int64(time.Hour)
-	for i := 0; i < maxPolicyMetrics+10; i++ {
-		r.policy("c", fmt.Sprint(i), now)
-		r.class(fmt.Sprint("c", i), nil, 1, now)
-	}
-	if len(r.policies) != maxPolicyMetrics+10 || len(r.classes) != maxPolicyMetrics+10 {
-		t.Fatalf("%d policies, %d classes kept, want %d of each: all live", len(r.policies), len(r.classes), maxPolicyMetrics+10)
-	}
-	later := now + int64(metricsIdle)
-	r.policy("c", "new", later)
-	r.class("new", nil, 1, later)
-	if len(r.policies) != 1 || len(r.classes) != 1 {
-		t.Fatalf("%d policies, %d classes kept once the others were left out, want 1 of each", len(r.policies), len(r.classes))
 	}
 }

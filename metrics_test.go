@@ -12,7 +12,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 // The metrics are process-wide: each test names its own class (and Redis
@@ -75,16 +77,16 @@ func requests(class, policy, decision, result string) string {
 }
 
 func TestMetricsCountEachRequestOnce(t *testing.T) {
-	admit := startFake(t, "+1 0 0 1000\r\n")    // admitted, no token left: near the limit
-	refuse := startFake(t, "+0 0 500 1000\r\n") // refused, 500 ms to wait
+	admit := redistest.StartFake(t, "+1 0 0 1000\r\n")    // admitted, no token left: near the limit
+	refuse := redistest.StartFake(t, "+0 0 500 1000\r\n") // refused, 500 ms to wait
 	class := uniqueName("count")
-	var h http.Handler = handlerOn(t, admit.l.Addr().String(), func(c *Config) { c.Class = class })
+	var h http.Handler = handlerOn(t, admit.Addr(), func(c *Config) { c.Class = class })
 	for i := 0; i < 3; i++ {
 		if rec := serve(h, "a"); rec.Code != 200 {
 			t.Fatalf("admitted: %d", rec.Code)
 		}
 	}
-	h = handlerOn(t, refuse.l.Addr().String(), func(c *Config) { c.Class = class })
+	h = handlerOn(t, refuse.Addr(), func(c *Config) { c.Class = class })
 	for i := 0; i < 2; i++ {
 		if rec := serve(h, fmt.Sprint("r", i)); rec.Code != 429 {
 			t.Fatalf("refused: %d", rec.Code)
@@ -120,42 +122,14 @@ func TestMetricsCountEachRequestOnce(t *testing.T) {
 }
 
 func TestMetricsSurviveReloads(t *testing.T) {
-	f := startFake(t, "+1 4 0 1000\r\n")
+	f := redistest.StartFake(t, "+1 4 0 1000\r\n")
 	class := uniqueName("reload")
 	for i := 0; i < 3; i++ { // each New is a reload of the same class
-		var h http.Handler = handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Class = class })
+		var h http.Handler = handlerOn(t, f.Addr(), func(c *Config) { c.Class = class })
 		serve(h, "k")
 	}
 	if got := scrape(t)[requests(class, class, "redis", "allowed")]; got != 3 {
 		t.Fatalf("after 3 reloads, one request each: %v, want 3", got)
-	}
-}
-
-func TestMetricsSeriesLifetime(t *testing.T) {
-	r := newMetricsRegistry()
-	now := int64(time.Hour)
-	m := r.policy("c", "p", now)
-	live := func(at int64) bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return m.live(at)
-	}
-	if !live(now + int64(metricsIdle) - 1) {
-		t.Fatal("compiled just under metricsIdle ago: left out")
-	}
-	if live(now + int64(metricsIdle)) {
-		t.Fatal("neither compiled nor counting for metricsIdle: still served")
-	}
-	atomic.AddInt64(&m.n[0], 1)
-	later := now + 2*int64(metricsIdle)
-	if !live(later) {
-		t.Fatal("counted again: left out")
-	}
-	if !live(later+int64(metricsIdle)-1) || live(later+int64(metricsIdle)) {
-		t.Fatal("after counting, served for metricsIdle then left out: wrong")
-	}
-	if again := r.policy("c", "p", later); again != m {
-		t.Fatal("the same class and policy got new counters")
 	}
 }
 
@@ -189,9 +163,9 @@ func TestMetricsBreakerAndErrors(t *testing.T) {
 }
 
 func TestMetricsCheckDurations(t *testing.T) {
-	f := startFake(t, "+1 4 0 1000\r\n")
+	f := redistest.StartFake(t, "+1 4 0 1000\r\n")
 	redis := uniqueName("timed")
-	var h http.Handler = handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Redis.Name = redis })
+	var h http.Handler = handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Name = redis })
 	for i := 0; i < 2000; i++ { // (63/64)^2000: no check timed, once in 10^13
 		serve(h, "k")
 	}
@@ -199,7 +173,7 @@ func TestMetricsCheckDurations(t *testing.T) {
 	count := m[`tollgate_redis_check_duration_seconds_count{redis="`+redis+`"}`]
 	inf := m[`tollgate_redis_check_duration_seconds_bucket{redis="`+redis+`",le="+Inf"}`]
 	if count < 1 || count > 200 || inf != count {
-		t.Fatalf("timed checks: count %v, +Inf bucket %v; want 1 to 200 of 2000 (one in %d), equal", count, inf, histSample)
+		t.Fatalf("timed checks: count %v, +Inf bucket %v; want 1 to 200 of 2000 (one in %d), equal", count, inf, metrics.HistSample)
 	}
 	if m[`tollgate_redis_connections{redis="`+redis+`",state="idle"}`] < 1 {
 		t.Fatalf("no idle connection counted: %v", m[`tollgate_redis_connections{redis="`+redis+`",state="idle"}`])
@@ -207,9 +181,9 @@ func TestMetricsCheckDurations(t *testing.T) {
 }
 
 func TestShadowNeverRefuses(t *testing.T) {
-	f := startFake(t, "+0 0 500 1000\r\n")
+	f := redistest.StartFake(t, "+0 0 500 1000\r\n")
 	class := uniqueName("shadow")
-	var h http.Handler = handlerOn(t, f.l.Addr().String(), func(c *Config) {
+	var h http.Handler = handlerOn(t, f.Addr(), func(c *Config) {
 		c.Class = class
 		c.Shadow = true
 		c.DecisionHeader = "X-Tollgate-Decision"
@@ -307,9 +281,9 @@ func TestShadowLogsOncePerProbeInterval(t *testing.T) {
 	var buf bytes.Buffer
 	log.SetOutput(&buf)
 	defer log.SetOutput(os.Stderr)
-	f := startFake(t, "+0 0 500 1000\r\n")
+	f := redistest.StartFake(t, "+0 0 500 1000\r\n")
 	class := uniqueName("shadowlog")
-	var h http.Handler = handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Class = class; c.Shadow = true })
+	var h http.Handler = handlerOn(t, f.Addr(), func(c *Config) { c.Class = class; c.Shadow = true })
 	for i := 0; i < 20; i++ {
 		serve(h, fmt.Sprint("k", i)) // fresh keys: each asks Redis
 	}

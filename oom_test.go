@@ -9,10 +9,13 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/redis"
+	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 func TestRedisOutOfMemoryAppliesTheFailurePolicy(t *testing.T) {
-	addr := startLiveRedis(t)
+	addr := redistest.Start(t)
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -25,11 +28,11 @@ func TestRedisOutOfMemoryAppliesTheFailurePolicy(t *testing.T) {
 	if got := liveDo(t, nc, br, "CONFIG", "SET", "maxmemory", "1"); got != "OK" {
 		t.Fatalf("CONFIG SET maxmemory: %q", got)
 	}
-	if _, err := nc.Write(appendCommand(nil, "SET", "k", "v")); err != nil {
+	if _, err := nc.Write(redis.AppendCommand(nil, "SET", "k", "v")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := readLine(br); err == nil || !strings.Contains(err.Error(), "OOM command not allowed") {
-		t.Fatalf("SET with maxmemory 1: %v, want an OOM error", err)
+	if v, err := redistest.ReadReply(br); err != nil || len(v) != 1 || !strings.Contains(v[0], "OOM command not allowed") {
+		t.Fatalf("SET with maxmemory 1: %q, %v; want an OOM error", v, err)
 	}
 	for _, tc := range []struct {
 		mode, decision string

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 // request builds a request with the given headers (name, value pairs).
@@ -146,8 +148,8 @@ func TestLoginKeyedByIPHoldsFreshAPIKeys(t *testing.T) {
 		desc string
 		addr func(t *testing.T) string
 	}{
-		{"redis", startLiveRedis},
-		{"local fallback", func(*testing.T) string { return "127.0.0.1:1" }},
+		{"redis", func(t *testing.T) string { return redistest.Start(t) }},
+		{"local fallback", func(_ *testing.T) string { return "127.0.0.1:1" }},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			var h http.Handler = handlerOn(t, tc.addr(t), func(c *Config) {

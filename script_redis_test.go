@@ -49,12 +49,13 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redis"
+	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 // tw marks a decision field that the µs passing between steps decides: the
@@ -103,7 +104,7 @@ return out
 `
 
 func TestLuaScriptOnRedisMatchesTwin(t *testing.T) {
-	addr := startLiveRedis(t)
+	addr := redistest.Start(t)
 	// 100 ms a token, capacity 300 ms.
 	one := func(c *Config) { c.Average, c.Period, c.Burst = 10, "1s", 3 }
 	// And a rule of 500 ms a token, capacity 500 ms.
@@ -244,13 +245,10 @@ func walkLive(t *testing.T, addr string, set *policySet, key string, steps []liv
 				}
 			}
 		}
-		head := set.cmd.shaHead
-		if i == 0 {
-			head = set.cmd.evalHead // as after NOSCRIPT; then EVALSHA finds it
-		}
+		eval := i == 0 // as after NOSCRIPT; then EVALSHA finds it
 		var r liveResult
 		for attempt := 1; ; attempt++ {
-			r = liveCall(t, nc, br, set.cmd, head, key, keys, st.set)
+			r = liveCall(t, nc, br, set.cmd, eval, key, keys, st.set)
 			// A set state is exact for the want values while less than
 			// 400 µs pass between it and the call (measured 19-304 µs
 			// from the state's TIME to the TIME after the call, the
@@ -288,27 +286,27 @@ func liveField(f int) string {
 }
 
 // liveCall runs one step's pipeline (see the file's comment).
-func liveCall(t *testing.T, nc net.Conn, br *bufio.Reader, cmd *command, head []byte, key string, keys, set []string) liveResult {
+func liveCall(t *testing.T, nc net.Conn, br *bufio.Reader, cmd *redis.Command, eval bool, key string, keys, set []string) liveResult {
 	t.Helper()
 	n := len(keys)
 	var b []byte
 	if set != nil {
 		args := append([]string{liveSetScript, strconv.Itoa(n)}, keys...)
-		b = appendCommand(b, "EVAL", append(args, set...)...)
+		b = redis.AppendCommand(b, "EVAL", append(args, set...)...)
 	}
 	for _, k := range keys {
-		b = appendCommand(b, "GET", k)
+		b = redis.AppendCommand(b, "GET", k)
 	}
-	b = appendCommand(b, "TIME")
-	b = appendCall(b, cmd, head, key)
-	b = appendCommand(b, "TIME")
+	b = redis.AppendCommand(b, "TIME")
+	b = cmd.Append(b, key, eval)
+	b = redis.AppendCommand(b, "TIME")
 	for _, k := range keys {
-		b = appendCommand(b, "GET", k)
+		b = redis.AppendCommand(b, "GET", k)
 	}
 	for _, k := range keys {
-		b = appendCommand(b, "PTTL", k)
+		b = redis.AppendCommand(b, "PTTL", k)
 	}
-	b = appendCommand(b, "TIME")
+	b = redis.AppendCommand(b, "TIME")
 	if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +315,7 @@ func liveCall(t *testing.T, nc net.Conn, br *bufio.Reader, cmd *command, head []
 	}
 	r := liveResult{setNow: -1, d: make([]int64, decisionLen(n))}
 	if set != nil {
-		vs, err := readStrings(br)
+		vs, err := redistest.ReadReply(br)
 		if err != nil || len(vs) != 1+n {
 			t.Fatalf("setting the state: %q, %v", vs, err)
 		}
@@ -327,22 +325,26 @@ func liveCall(t *testing.T, nc net.Conn, br *bufio.Reader, cmd *command, head []
 	}
 	r.pre = liveGets(t, br, n)
 	r.ta = liveTime(t, br)
-	line, err := br.ReadSlice('\n')
+	line, err := br.ReadString('\n')
 	if err != nil {
 		t.Fatalf("reading the script's reply: %v", err)
 	}
-	r.line = string(line)
-	if err := decode(line, r.d); err != nil {
+	r.line = line
+	if err := liveDecode(line, r.d); err != nil {
 		t.Fatalf("the script's reply %q: %v", r.line, err)
 	}
 	r.tb = liveTime(t, br)
 	r.post = liveGets(t, br, n)
 	for i := 0; i < n; i++ {
-		v, err := readInt(br)
-		if err != nil {
-			t.Fatalf("PTTL: %v", err)
+		v, err := redistest.ReadReply(br)
+		if err != nil || len(v) != 1 {
+			t.Fatalf("PTTL: %q, %v", v, err)
 		}
-		r.pttl = append(r.pttl, v)
+		ms, err := strconv.ParseInt(v[0], 10, 64)
+		if err != nil {
+			t.Fatalf("PTTL: %q", v[0])
+		}
+		r.pttl = append(r.pttl, ms)
 	}
 	r.tc = liveTime(t, br)
 	return r
@@ -414,37 +416,51 @@ func liveGets(t *testing.T, br *bufio.Reader, n int) []int64 {
 	t.Helper()
 	out := make([]int64, n)
 	for i := range out {
-		line, err := readLine(br)
+		v, err := redistest.ReadReply(br)
 		if err != nil {
 			t.Fatalf("GET: %v", err)
 		}
-		if string(line) == "$-1" {
+		if len(v) == 0 {
 			out[i] = -1
 			continue
 		}
-		size, err := parseCount(line[1:], maxBulkLen)
-		if err != nil || line[0] != '$' {
-			t.Fatalf("GET: %q", line)
-		}
-		b, err := readBulk(br, size)
-		if err != nil {
-			t.Fatalf("GET: %v", err)
-		}
-		if out[i], err = strconv.ParseInt(string(b), 10, 64); err != nil {
-			t.Fatalf("GET: %q is not the script's format (an integer): %v", b, err)
+		if out[i], err = strconv.ParseInt(v[0], 10, 64); err != nil {
+			t.Fatalf("GET: %q is not the script's format (an integer): %v", v[0], err)
 		}
 	}
 	return out
 }
 
+// liveDecode parses the script's reply line, "+" and numbers split by a
+// space, into d (len(d) of them).
+func liveDecode(line string, d []int64) error {
+	f := strings.Fields(strings.TrimPrefix(strings.TrimSuffix(line, "\r\n"), "+"))
+	if len(f) != len(d) {
+		return fmt.Errorf("%d numbers, want %d", len(f), len(d))
+	}
+	for i := range f {
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return err
+		}
+		d[i] = v
+	}
+	return nil
+}
+
 // liveTime reads TIME's reply in µs since epochUS, the script's time.
 func liveTime(t *testing.T, br *bufio.Reader) int64 {
 	t.Helper()
-	us, err := readTime(br)
-	if err != nil {
-		t.Fatalf("TIME: %v", err)
+	v, err := redistest.ReadReply(br)
+	if err != nil || len(v) != 2 {
+		t.Fatalf("TIME: %q, %v", v, err)
 	}
-	return us - epochUS
+	sec, err1 := strconv.ParseInt(v[0], 10, 64)
+	us, err2 := strconv.ParseInt(v[1], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("TIME: %q", v)
+	}
+	return sec*1000000 + us - epochUS
 }
 
 // liveDo runs one command and returns its reply line (without the type
@@ -454,102 +470,12 @@ func liveDo(t *testing.T, nc net.Conn, br *bufio.Reader, verb string, args ...st
 	if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nc.Write(appendCommand(nil, verb, args...)); err != nil {
+	if _, err := nc.Write(redis.AppendCommand(nil, verb, args...)); err != nil {
 		t.Fatal(err)
 	}
-	line, err := readLine(br)
-	if err != nil {
-		t.Fatalf("%s: %v", verb, err)
+	v, err := redistest.ReadReply(br)
+	if err != nil || len(v) != 1 {
+		t.Fatalf("%s: %q, %v", verb, v, err)
 	}
-	return string(line[1:])
-}
-
-// startLiveRedis starts a redis-server (no persistence) on a free loopback
-// port for the test and returns its address. Without redis-server on PATH
-// the test is skipped, unless CI is set: then it fails.
-func startLiveRedis(t *testing.T) string {
-	t.Helper()
-	bin := ""
-	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
-		p := filepath.Join(dir, "redis-server")
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			bin = p
-			break
-		}
-	}
-	if bin == "" {
-		if os.Getenv("CI") != "" {
-			t.Fatal("redis-server not found on PATH (apt-get install -y redis-server); required under CI")
-		}
-		t.Skip("redis-server not found on PATH (apt-get install -y redis-server)")
-	}
-	dir := t.TempDir()
-	var last string
-	// A port free a moment ago may be taken by then: another try.
-	for attempt := 0; attempt < 3; attempt++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-		l.Close()
-		logf, err := os.Create(filepath.Join(dir, "redis-"+port+".log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		devnull, err := os.Open(os.DevNull)
-		if err != nil {
-			t.Fatal(err)
-		}
-		proc, err := os.StartProcess(bin, []string{bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-			"--dir", dir, "--daemonize", "no", "--loglevel", "warning"}, &os.ProcAttr{Dir: dir, Files: []*os.File{devnull, logf, logf}})
-		devnull.Close()
-		logf.Close()
-		if err != nil {
-			t.Fatalf("starting redis-server: %v", err)
-		}
-		addr := "127.0.0.1:" + port
-		if liveReady(addr, proc.Pid) {
-			t.Cleanup(func() {
-				_ = proc.Kill()
-				_, _ = proc.Wait()
-			})
-			return addr
-		}
-		_ = proc.Kill()
-		_, _ = proc.Wait()
-		out, _ := os.ReadFile(filepath.Join(dir, "redis-"+port+".log"))
-		last = string(out)
-	}
-	t.Fatalf("redis-server did not start: %s", last)
-	return ""
-}
-
-// liveReady waits up to 10 s for the redis-server of process pid to answer
-// on addr (and not another one that took the port).
-func liveReady(addr string, pid int) bool {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if nc, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			_ = nc.SetDeadline(time.Now().Add(time.Second))
-			br := bufio.NewReader(nc)
-			_, err = nc.Write(appendCommand(nil, "INFO", "server"))
-			var info []byte
-			if err == nil {
-				var line []byte
-				if line, err = readLine(br); err == nil && line[0] == '$' {
-					var size int
-					if size, err = parseCount(line[1:], maxBulkLen); err == nil {
-						info, err = readBulk(br, size)
-					}
-				}
-			}
-			nc.Close()
-			if err == nil {
-				return strings.Contains(string(info), "process_id:"+strconv.Itoa(pid)+"\r\n")
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return false
+	return v[0]
 }

@@ -5,6 +5,8 @@ import (
 	"math/rand"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 func TestShardsSplitTheLimit(t *testing.T) {
@@ -25,8 +27,8 @@ func TestShardsSplitTheLimit(t *testing.T) {
 		}
 	}
 	set := newPolicySet([]*policy{s.top}, s.keyLen)
-	if !strings.Contains(string(set.cmd.tail), "\r\n5\r\n") {
-		t.Fatalf("command tail %q does not carry the shard's burst 5", set.cmd.tail)
+	if call := string(set.cmd.Append(nil, "k", false)); !strings.Contains(call, "\r\n$1\r\n5\r\n") {
+		t.Fatalf("call %q does not carry the shard's burst 5", call)
 	}
 }
 
@@ -63,8 +65,8 @@ func TestShardKeys(t *testing.T) {
 }
 
 func TestShardedRemainingIsScaled(t *testing.T) {
-	f := startFake(t, "+1 3 0 2000\r\n") // the shard has 3 left
-	h := handlerOn(t, f.l.Addr().String(), func(c *Config) { c.Burst, c.Shards = 20, 4 })
+	f := redistest.StartFake(t, "+1 3 0 2000\r\n") // the shard has 3 left
+	h := handlerOn(t, f.Addr(), func(c *Config) { c.Burst, c.Shards = 20, 4 })
 	if got := serve(h, t.Name()).Header().Get("RateLimit"); got != `"api";r=12;t=0` {
 		t.Fatalf("RateLimit %q, want r = 4 shards x 3", got)
 	}

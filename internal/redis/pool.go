@@ -504,3 +504,10 @@ func (c *Pool) probe(timeout time.Duration) error {
 	c.mu.Unlock()
 	return nil
 }
+
+// PoolSize returns the cap on open connections (SetPoolSize).
+func (c *Pool) PoolSize() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.poolSize
+}

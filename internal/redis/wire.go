@@ -804,3 +804,12 @@ func (c *Command) Whole() *Command {
 	one.mid = nil
 	return &one
 }
+
+// Append appends the call of c for key to b, as EVALSHA or (eval) EVAL:
+// for a pipeline written by hand (tests, tools).
+func (c *Command) Append(b []byte, key string, eval bool) []byte {
+	if eval {
+		return appendCall(b, c, c.evalHead, key)
+	}
+	return appendCall(b, c, c.shaHead, key)
+}
