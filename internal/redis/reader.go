@@ -1,0 +1,319 @@
+package redis
+
+// The reader of a shared connection (wire.go): replies read in order and
+// handed to their calls, deadlines, and a connection that dies.
+
+import (
+	"bytes"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/clock"
+)
+
+// await returns once cl is done, reading replies when no other check
+// does. Requires cn.mu held; returns with it held.
+func (cn *rconn) await(cl *call) {
+	for !cl.done {
+		if !cn.reading {
+			cn.reading = true
+			cn.serve(cl)
+			continue
+		}
+		cl.waiting = true
+		cn.mu.Unlock()
+		<-cl.wake
+		cn.mu.Lock()
+	}
+}
+
+// serve reads replies as the reader until me is done and nothing more is
+// buffered, then passes the reading on. Requires cn.mu held and the
+// reading role taken; returns with cn.mu held and the role released.
+func (cn *rconn) serve(me *call) {
+	for len(cn.queue) > 0 && (!me.done || cn.br.Buffered() > 0) {
+		// The deadline is set under the lock: a call written meanwhile with
+		// an earlier one lowers it (send).
+		until := cn.queue[0].deadline // oldestDeadline, its common case inlined
+		if cn.mixed || cn.queue[0].done || until == 0 {
+			until = cn.oldestDeadline()
+		}
+		cn.readUntil = until
+		err := cn.nc.SetReadDeadline(clock.Start.Add(time.Duration(until - clock.Origin))) // wallTime, inlined
+		cn.mu.Unlock()
+		var line []byte
+		if err == nil {
+			line, err = cn.br.ReadSlice('\n') // readLine, its common case inlined
+			if err != nil || len(cn.part) > 0 {
+				line, err = cn.readMore(line, err)
+			}
+		}
+		cn.mu.Lock()
+		if cn.dead != nil {
+			break // killed meanwhile (a failed write): every call failed
+		}
+		if err != nil || line[0] != '+' || len(line) < 3 {
+			cn.take(line, err)
+			continue
+		}
+		// take, pop, finish and wake, their common case inlined: under
+		// Yaegi four calls a reply cost more than this frame's values.
+		cl := cn.queue[0]
+		cn.queue[0] = nil
+		cn.queue = cn.queue[1:]
+		atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
+		if next := cn.queue; len(next) > 0 && !next[0].done && next[0].deadline != 0 {
+			extendTo(next[0], int64(time.Since(clock.Start))+clock.Origin)
+		}
+		if !cl.done {
+			cl.line = append(cl.line[:0], line...)
+			cl.done = true
+			if cl.waiting {
+				cl.waiting = false
+				cl.wake <- struct{}{}
+			}
+		}
+	}
+	cn.release()
+}
+
+// take hands what one read gave (a reply line, or the error that ended
+// the read) to the head of the queue. Requires cn.mu held, the reading
+// role, and the connection alive.
+func (cn *rconn) take(line []byte, err error) {
+	if err != nil {
+		if !isTimeout(err) {
+			cn.kill(err)
+		} else if cn.expire(clock.Mono()) {
+			cn.kill(errStale)
+		}
+		return
+	}
+	cl := cn.pop()
+	switch {
+	case len(line) >= 3 && line[0] == '+':
+		finish(cl, line, nil)
+	case len(line) >= 3 && line[0] == '-':
+		finish(cl, line, replyError(line)) // the line names a redirection's target
+	default:
+		// Not a reply any call of ours gets: the stream cannot be
+		// trusted.
+		finish(cl, nil, ErrBadReply)
+		cn.kill(ErrBadReply)
+	}
+}
+
+// pop removes the head of the queue, whose reply just arrived, and gives
+// the next call its whole timeout from now (extend). Requires cn.mu held.
+func (cn *rconn) pop() *call {
+	cl := cn.queue[0]
+	cn.queue[0] = nil
+	cn.queue = cn.queue[1:]
+	atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
+	if len(cn.queue) > 0 {
+		cn.queue[0].extend(clock.Mono())
+	}
+	return cl
+}
+
+// release gives up the reading role, waking the first check still
+// waiting for its reply to take it. Requires cn.mu held.
+func (cn *rconn) release() {
+	cn.reading = false
+	for _, cl := range cn.queue {
+		if !cl.done && cl.waiting {
+			wake(cl) // the next reader
+			break
+		}
+	}
+}
+
+// extend gives the call now at the head of its connection its whole
+// timeout from now, when the reply before it just arrived: Redis answers
+// a connection's calls in order, so a call behind a deep pipeline (a
+// burst) waits for Redis to work through the calls before it, which says
+// nothing of Redis's health. Never past queueWait timeouts after its
+// write, and not while it is still being written. Requires cn.mu held.
+func (cl *call) extend(now int64) {
+	if cl.done || cl.deadline == 0 {
+		return
+	}
+	extendTo(cl, now)
+}
+
+// extendTo is extend for a call not done and written.
+func extendTo(cl *call, now int64) {
+	d := now + cl.timeout
+	if last := cl.sent + queueWait*cl.timeout; d > last {
+		d = last
+	}
+	if d > cl.deadline {
+		cl.deadline = d
+	}
+}
+
+// queueWait bounds, in timeouts, how long a call may wait behind the
+// calls written before it on its connection.
+const queueWait = 10
+
+// oldestDeadline is the earliest deadline of the calls still waiting:
+// the first one's when every call on the connection has had the same
+// timeout (calls are written with increasing deadlines), else found by a
+// scan (middlewares with other timeouts share the connection). A call
+// still being written has none yet: the reader looks again within
+// staleAfter. Requires cn.mu held.
+func (cn *rconn) oldestDeadline() int64 {
+	var earliest int64
+	for _, cl := range cn.queue {
+		if cl.done {
+			continue
+		}
+		d := cl.deadline
+		if d == 0 {
+			d = clock.Mono() + int64(staleAfter)
+		}
+		if earliest == 0 || d < earliest {
+			earliest = d
+		}
+		if !cn.mixed {
+			break
+		}
+	}
+	if earliest == 0 {
+		return cn.queue[0].deadline + int64(staleAfter)
+	}
+	return earliest
+}
+
+// wallTime is the wall-clock time of monotonic ns, for socket deadlines.
+func wallTime(ns int64) time.Time { return clock.Start.Add(time.Duration(ns - clock.Origin)) }
+
+// staleAfter is how long past its deadline a connection may owe a reply
+// before it is closed (a frozen or overloaded Redis).
+const staleAfter = 250 * time.Millisecond
+
+// expire fails the waiting calls whose deadline has passed, and reports
+// whether the connection owes a reply staleAfter past its deadline.
+// Requires cn.mu held.
+func (cn *rconn) expire(now int64) bool {
+	for _, cl := range cn.queue {
+		if !cl.done && cl.deadline != 0 && now >= cl.deadline {
+			finish(cl, nil, ErrTimeout)
+		}
+	}
+	if len(cn.queue) == 0 {
+		return false
+	}
+	head := cn.queue[0].deadline
+	return head != 0 && now-head > int64(staleAfter)
+}
+
+// kill marks the connection dead with err, fails every queued call and
+// closes the socket. Requires cn.mu held.
+func (cn *rconn) kill(err error) {
+	if cn.dead == nil {
+		cn.dead = err
+		_ = cn.nc.Close()
+	}
+	for _, cl := range cn.queue {
+		finish(cl, nil, err)
+	}
+	cn.queue = nil
+	atomic.StoreInt64(&cn.inflight, deadLoad)
+}
+
+// deadLoad is a dead connection's load: the pool never picks it.
+const deadLoad = int64(1) << 40
+
+// closeIfIdle kills the connection unless calls are in flight on it; it reports
+// whether it did.
+//
+// A connection whose lock is held is in use (solo holds it while it
+// writes, which a Redis that stopped reading may make last a write
+// budget): it is not waited for.
+func (cn *rconn) closeIfIdle() bool {
+	if !cn.mu.TryLock() {
+		return false
+	}
+	defer cn.mu.Unlock()
+	if len(cn.queue) > 0 || cn.reading {
+		return false
+	}
+	cn.kill(errConnDead)
+	return true
+}
+
+// deadErr returns what killed the connection, or nil.
+func (cn *rconn) deadErr() error {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.dead
+}
+
+// readLine reads one reply line before the read deadline (reader only).
+// A read that fails part-way keeps what it got (bufio drops it from its
+// buffer), and the next read goes on from there: a reply split over two
+// packets around a deadline stays whole.
+func (cn *rconn) readLine() ([]byte, error) {
+	line, err := cn.br.ReadSlice('\n')
+	if err != nil || len(cn.part) > 0 {
+		return cn.readMore(line, err)
+	}
+	return line, nil
+}
+
+// readMore is readLine after the first read: a read that timed out (see
+// lateRead), failed, or ends a line begun before.
+func (cn *rconn) readMore(line []byte, err error) ([]byte, error) {
+	if err != nil && isTimeout(err) {
+		cn.part = append(cn.part, line...)
+		line, err = lateRead(cn)
+	}
+	if err != nil {
+		cn.part = append(cn.part, line...)
+		if len(cn.part) > readerSize {
+			return nil, ErrBadReply
+		}
+		return nil, err
+	}
+	if len(cn.part) > 0 {
+		line = append(cn.part, line...)
+		cn.part = cn.part[:0] // line is copied (finish) before the next read
+	}
+	return line, nil
+}
+
+// lateRead gives a read that timed out one more, short look. Go fails a
+// read whose deadline has passed without looking at the socket, so on a
+// CPU-starved pod a reply Redis sent well in time would count as Redis
+// being slow (and open the breaker under load). The deadline is meant for
+// a slow Redis, not a busy scheduler.
+func lateRead(cn *rconn) ([]byte, error) {
+	if err := cn.nc.SetReadDeadline(time.Now().Add(lateGrace)); err != nil {
+		return nil, err
+	}
+	return cn.br.ReadSlice('\n')
+}
+
+// replyError is the error for an error reply: NOSCRIPT, a redirection
+// (MOVED, ASK: the call keeps the line, parsed by parseRedirect), a
+// demoted primary (READONLY), or any other.
+func replyError(line []byte) error {
+	switch {
+	case bytes.HasPrefix(line, noscript):
+		return errNoScript
+	case bytes.HasPrefix(line, moved) || bytes.HasPrefix(line, ask):
+		return errRedirect
+	case bytes.HasPrefix(line, readOnly):
+		return errReadOnly
+	}
+	return ErrBadReply
+}
+
+// Error replies matched by prefix.
+var (
+	noscript = []byte("-NOSCRIPT")
+	moved    = []byte("-MOVED ")
+	ask      = []byte("-ASK ")
+	readOnly = []byte("-READONLY")
+)
