@@ -13,12 +13,12 @@ import (
 // bucket is the bucket script as the client loads and names it.
 var bucket = redis.NewScript(bucketScript)
 
-// connect returns b's deployment for set: TLS files read now, the first
-// connection (standalone) or the topology (Sentinel, Cluster) sought off
-// the caller's clock. A failed dial counts against b's breaker
-// (dialFailed), a topology change lets its next probe through, a failed
-// refresh is logged as a failure.
-func connect(b *backend, set redisSettings) (*redis.Client, error) {
+// connect makes b's deployment for set (TLS files read now) and starts
+// it: the first connection (standalone) or the topology (Sentinel,
+// Cluster) sought off the caller's clock. A failed dial counts against b's
+// breaker (dialFailed), a topology change lets its next probe through, a
+// failed refresh is logged as a failure.
+func connect(b *backend, set redisSettings) error {
 	opts := redis.Options{
 		Mode: set.mode, Addr: set.addr, Endpoints: set.endpoints, MasterName: set.masterName,
 		SentinelUser: set.sentinelUser, SentinelPass: set.sentinelPass,
@@ -28,18 +28,21 @@ func connect(b *backend, set redisSettings) (*redis.Client, error) {
 	if set.useTLS {
 		conf, err := tlsConfig(set)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if set.mode != redis.Standalone {
 			conf.ServerName = "" // each node is verified by its own address
 		}
 		opts.TLS = conf
 	}
-	return redis.New(opts, redis.Hooks{
+	b.rc = redis.New(opts, redis.Hooks{
 		DialFailed:    func(err error) { b.dialFailed(err) },
 		Changed:       func() { b.breaker.probeSoon() },
 		RefreshFailed: func(err error) { b.logFailure(b.now(), err, &b.base) },
-	}), nil
+	})
+	b.pool = b.rc.Pool()
+	b.rc.Start()
+	return nil
 }
 
 // newCommand prepares the script call for policies ps, whose keys are a

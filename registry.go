@@ -139,11 +139,9 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 		lastUsed: now,
 		set:      set,
 	}
-	rc, err := connect(b, set)
-	if err != nil {
+	if err := connect(b, set); err != nil {
 		return nil, err
 	}
-	b.rc, b.pool = rc, rc.Pool()
 	r.backends[key] = b
 	return b, nil
 }

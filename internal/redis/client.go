@@ -58,20 +58,27 @@ func (h *Hooks) refreshFailed(err error) {
 	}
 }
 
-// New returns a Client of the deployment opts describe. A standalone
-// server's first connection is dialled at once, a topology learnt at once,
-// both off the caller's clock.
+// New returns a Client of the deployment opts describe; nothing is dialled
+// before Start or the first check.
 func New(opts Options, hooks Hooks) *Client {
 	rc := &Client{opts: opts, hooks: hooks, now: clock.Mono, lastUsed: clock.Mono()}
 	if opts.Mode == Standalone {
 		rc.pool = NewPool(opts)
 		rc.pool.onDialError = func(err error) { rc.dialFailed(err) }
-		rc.pool.Warm()
 		return rc
 	}
 	rc.topo.nodes = make(map[string]*Pool)
-	rc.Refresh()
 	return rc
+}
+
+// Start dials a standalone server's first connection, or learns the
+// topology, off the caller's clock: the hooks may be called from then on.
+func (rc *Client) Start() {
+	if rc.pool != nil {
+		rc.pool.Warm()
+		return
+	}
+	rc.Refresh()
 }
 
 func (rc *Client) dialFailed(err error) {
