@@ -26,7 +26,7 @@ var errBreakerOpen = errors.New("tollgate: redis circuit breaker open")
 
 // backend is one Redis deployment (a server, a Sentinel-managed primary,
 // or a Cluster) with its pools, breaker and counters. Safe for concurrent
-// use; counters are updated atomically. Times are monotonic ns (clock.go).
+// use; counters are updated atomically. Times are monotonic ns (internal/clock).
 type backend struct {
 	rc      *redis.Client // the deployment (redisconn.go)
 	pool    *redis.Pool   // standalone: the server's pool (the hot path's); nil otherwise
@@ -43,7 +43,7 @@ type backend struct {
 
 	probing int32 // 1 while probeLoop runs
 
-	metrics metrics.Redis // served by a serveMetrics middleware (metrics.go)
+	metrics metrics.Redis // served by a serveMetrics middleware (internal/metrics)
 
 	lastUsed int64 // the last check
 	lastLog  int64 // the last failure logged
@@ -143,7 +143,7 @@ func (b *backend) checkOther(cmd *redis.Command, key string, d []int64, o *redis
 func (b *backend) skip() {
 	atomic.AddInt64(&b.skipped, 1)
 	if b.base.mode != redis.Standalone {
-		b.rc.Refresh() // a promoted replica lets the next probe through (topology.go)
+		b.rc.Refresh() // a promoted replica lets the next probe through (internal/redis)
 	}
 	b.startProber()
 }

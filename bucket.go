@@ -15,7 +15,7 @@ package tollgate
 //
 // Clocks. One clock per decision: the shared bucket uses Redis's TIME (never
 // a pod's clock), counted in µs from epochUS; the local fallback uses the
-// pod's monotonic clock (clock.go), counted in µs from the process's start,
+// pod's monotonic clock (internal/clock), counted in µs from the process's start,
 // smaller numbers with the same precision. Both clamp time
 // that runs backwards: a TAT further ahead than capacity (a clock that jumped
 // back, e.g. after a failover to a Redis whose clock is behind) is clamped to

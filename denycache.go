@@ -5,7 +5,7 @@ package tollgate
 // and other pods can only take more, so until the longest of those waits
 // has passed Redis would refuse the same request again: the pod refuses it
 // itself, with the same 429 and headers (the waits counted down on the pod's
-// monotonic clock, clock.go, so that a wall clock stepped back keeps no
+// monotonic clock, internal/clock, so that a wall clock stepped back keeps no
 // refusal longer), and no Redis call. A flood from a client already over its limit
 // then costs Redis nothing.
 //
@@ -29,7 +29,7 @@ const maxDenials = 10000
 // denyCache maps client keys to their last refusal. The zero value is not
 // usable; use newDenyCache. Safe for concurrent use.
 type denyCache struct {
-	now    func() int64 // monotonic ns (clock.go); tests inject their own
+	now    func() int64 // monotonic ns (internal/clock); tests inject their own
 	max    int
 	n      int64  // len(entries), read without the lock by the hot path
 	shadow []bool // by policy: shadow (nil: none is); see remember

@@ -23,7 +23,7 @@ package tollgate
 //     one probe (a real check) per probeInterval; a successful probe
 //     closes it and the global limit resumes. Checks take the same
 //     fallback path while it is open.
-//   - Sentinel and Cluster (topology.go): a failed check, a check skipped by
+//   - Sentinel and Cluster (internal/redis): a failed check, a check skipped by
 //     the open breaker, MOVED and READONLY also make the backend read the
 //     topology again (at most every 250 ms, off the request's clock). While
 //     a node is down its keys take the fallback; a changed topology (a
@@ -46,7 +46,7 @@ const breakerWindow = int64(time.Second)
 // roll may lose a few). Its thresholds come from each caller's settings, so
 // middlewares configured differently share the breaker's state but apply
 // their own breakerThreshold and probeInterval. Times are monotonic ns
-// (clock.go).
+// (internal/clock).
 type breaker struct {
 	nextProbe int64 // 0 while closed; while open, the earliest next probe
 	window    int64 // start of the current window

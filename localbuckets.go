@@ -1,7 +1,7 @@
 package tollgate
 
 // The local fallback's buckets: per pod, on the pod's monotonic clock (see
-// fallback.go for when they decide, clock.go for the clock). One store per
+// fallback.go for when they decide, internal/clock for the clock). One store per
 // class, so that a flood of clients on one middleware cannot evict another
 // middleware's depleted buckets.
 
@@ -32,7 +32,7 @@ const (
 
 // localBuckets holds the fallback buckets of one class (or of the overflow
 // classes, see localStores) by bucket key: the TAT of each, in µs since the
-// process start on the monotonic clock (clock.go). The bucket math (takeAll)
+// process start on the monotonic clock (internal/clock). The bucket math (takeAll)
 // only needs one origin per store, so this is a valid clock for it; the
 // values are smaller than bucket.go's µs since epochUS, so its precision note
 // holds. A bucket with TAT <= now is full, which is the same as absent.
@@ -58,7 +58,7 @@ const (
 // Safe for concurrent use. Use newLocalBuckets; the zero value is not
 // usable.
 type localBuckets struct {
-	now      func() int64 // monotonic ns (clock.go); tests inject their own
+	now      func() int64 // monotonic ns (internal/clock); tests inject their own
 	perShard int          // buckets one shard holds at most
 	shards   []*localShard
 }

@@ -11,7 +11,7 @@
 // A client's plan (from the authentication layer) may replace the
 // top-level limit and a rule may key clients its own way (keys.go); shadow
 // policies are charged but never refuse (shadow.go); every decision is
-// counted for a serveMetrics middleware to serve (metrics.go).
+// counted for a serveMetrics middleware to serve (internal/metrics).
 //
 // Traefik loads the package from source through Yaegi: CreateConfig, then New
 // per router and on every reload. New is cheap and opens nothing; shared
@@ -30,7 +30,6 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
-	"github.com/tollgate-dev/tollgate/internal/redis"
 	"github.com/tollgate-dev/tollgate/internal/regions"
 )
 
@@ -61,54 +60,6 @@ type Tollgate struct {
 
 	mu   sync.Mutex // guards sets
 	sets map[uint64]*policySet
-}
-
-// policySet is everything prepared for one combination of policies: the
-// top-level limit (if any) plus the rules that matched, in config order.
-type policySet struct {
-	ps           []*policy
-	localsMu     sync.Mutex
-	locals       []limit // fallback bucket shapes for localsN pods
-	localsN      int64
-	quoted       []string // `"name"` of each policy
-	decisionLen  int      // len of a decision over ps
-	cmd          *redis.Command
-	policyHeader string
-	failClosed   bool       // some policy fails closed
-	denied       *denyCache // Redis's refusals still in force, by client key
-
-	// Rules keyed their own way (policy.source): ownKeys when some policy
-	// is; a call's keys are then written as one string, each policy's key
-	// joined to the next by joints[i] (its suffix and the next's length),
-	// and cmd has no mid (ownCall).
-	ownKeys bool
-	joints  []string
-	// In a Redis Cluster, a set with rules keyed their own way is charged
-	// group by group (decideGroups): groups[g] holds the policies of one
-	// identity, at groupPos[g] in the set.
-	groups   []*policySet
-	groupPos [][]int
-
-	// Shadow policies (Config.Shadow): shadow when some policy is one;
-	// enforce is the set of the others (nil when none), charged on their
-	// own when a request is refused by shadow policies alone.
-	shadow  bool
-	enforce *policySet
-
-	// The hot path's counting (ServeHTTP, one policy): admitted[how] is
-	// its count of requests admitted, decided how (redis or local); fewer
-	// than nearBelow tokens left is near the limit (a fifth of the burst:
-	// 5 x remaining < burst), counted by answer.
-	admitted  [2]*int64
-	nearBelow int64
-
-	// The hot path's headers (ServeHTTP): plain when an admitted request
-	// takes them (IETF headers of one policy, or no headers); then
-	// policyValue is the RateLimit-Policy value (nil: no headers) and
-	// rPrefix starts the RateLimit value.
-	plain       bool
-	policyValue []string
-	rPrefix     string
 }
 
 // New builds the middleware. It validates and compiles cfg; it dials nothing.
@@ -160,132 +111,6 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 		t.plain = len(set.rules) == 0 && t.top.plain && set.plans == nil && set.exempt == nil
 	}
 	return t, nil
-}
-
-// newPolicySet prepares ps for client keys of keyLen bytes (headers: see
-// withHeaders).
-func newPolicySet(ps []*policy, keyLen int) *policySet {
-	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps)), denied: newDenyCache(maxDenials)}
-	var enforce []*policy
-	for _, p := range ps {
-		s.quoted = append(s.quoted, `"`+p.name+`"`)
-		s.failClosed = s.failClosed || p.failClosed
-		if p.shadow {
-			s.shadow = true
-		} else {
-			enforce = append(enforce, p)
-		}
-	}
-	s.cmd = newCommand(ps, keyLen)
-	for _, p := range ps {
-		s.ownKeys = s.ownKeys || p.source != nil
-	}
-	if s.ownKeys {
-		s.joints = s.cmd.Joints()
-		s.cmd = s.cmd.Whole()
-	}
-	m := ps[0].m
-	s.admitted = [2]*int64{&m.N[decidedRedis*metrics.NResults+metrics.Allowed], &m.N[decidedLocal*metrics.NResults+metrics.Allowed]}
-	s.nearBelow = (int64(ps[0].lim.burst) + 4) / 5
-	if s.shadow {
-		for _, p := range ps {
-			s.denied.shadow = append(s.denied.shadow, p.shadow)
-		}
-	}
-	if s.shadow && len(enforce) > 0 {
-		s.enforce = newPolicySet(enforce, keyLen)
-	}
-	return s
-}
-
-// withHeaders prepares s's hot-path headers for the headers mode (see
-// settings.headers) and returns s.
-func withHeaders(s *policySet, headers int) *policySet {
-	if s.enforce != nil {
-		withHeaders(s.enforce, headers)
-	}
-	s.plain = headers == 0 || headers == headersIETF && len(s.ps) == 1
-	if headers == headersIETF && len(s.ps) == 1 {
-		s.policyValue = []string{s.policyHeader}
-		s.rPrefix = s.quoted[0] + ";r="
-	}
-	return s
-}
-
-// shareLocals computes the fallback bucket shapes for n pods. Requires
-// s.localsMu held.
-func (s *policySet) shareLocals(n int64) {
-	locals := make([]limit, len(s.ps))
-	for i, p := range s.ps {
-		locals[i] = p.localShare(n)
-	}
-	s.locals = locals
-	s.localsN = n
-}
-
-// policiesFor returns the policy set that applies to req, or nil: the
-// top level's (or the request's plan's) and every rule that matches. Sets
-// are prepared once per combination (the rules' bits, the plan above them).
-func (t *Tollgate) policiesFor(req *http.Request) *policySet {
-	var mask, bit uint64 = 0, 1
-	for _, r := range t.set.rules {
-		if r.matches(req) {
-			mask |= bit
-		}
-		bit <<= 1
-	}
-	top := t.set.top
-	if t.set.plans != nil {
-		if pi := t.set.planOf(req); pi >= 0 {
-			top = t.set.plans[pi] // nil: unlimited
-			mask |= uint64(pi+1) << maxRules
-		}
-	}
-	if mask == 0 {
-		return t.top
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if s, ok := t.sets[mask]; ok {
-		return s
-	}
-	var ps []*policy
-	if top != nil {
-		ps = append(ps, top)
-	}
-	bit = 1
-	for _, r := range t.set.rules {
-		if mask&bit != 0 {
-			ps = append(ps, r)
-		}
-		bit <<= 1
-	}
-	if len(ps) == 0 { // an unlimited plan, no rule
-		t.sets[mask] = nil
-		return nil
-	}
-	s := withHeaders(newPolicySet(ps, t.set.keyLen), t.set.headers)
-	if s.ownKeys && t.set.redis.mode == redis.Cluster {
-		withGroups(s, t.set.keyLen)
-	}
-	t.sets[mask] = s
-	return s
-}
-
-// matches reports whether a rule applies to req.
-func (p *policy) matches(req *http.Request) bool {
-	if !strings.HasPrefix(req.URL.Path, p.pathPrefix) {
-		return false
-	}
-	if len(p.methods) == 0 {
-		return true
-	}
-	for _, m := range p.methods {
-		if strings.EqualFold(m, req.Method) {
-			return true
-		}
-	}
-	return false
 }
 
 // ServeHTTP charges the request to its buckets, sets the headers, and either
@@ -527,14 +352,4 @@ func takeLocal(t *Tollgate, set *policySet, keys []string, d []int64) int {
 	set.localsMu.Unlock()
 	t.local.take(keys, lims, d)
 	return decidedLocal
-}
-
-// localKeys returns the local bucket keys of the client key: one per
-// policy.
-func (s *policySet) localKeys(key string) []string {
-	keys := make([]string, len(s.ps))
-	for i, p := range s.ps {
-		keys[i] = key + p.keySuffix
-	}
-	return keys
 }

@@ -24,7 +24,7 @@ type policy struct {
 	periodSecs int64   // w in RateLimit-Policy
 	failClosed bool
 	shadow     bool            // never refuses (Config.Shadow)
-	m          *metrics.Policy // its counters (metrics.go); set by New
+	m          *metrics.Policy // its counters (internal/metrics); set by New
 	// rule matching; the top-level policy matches everything
 	pathPrefix string
 	methods    []string

@@ -12,9 +12,9 @@ package tollgate
 //     next New and is forgotten (a handler still holding it re-dials).
 //   - local buckets: a bounded store per class (localStores).
 //   - metrics: counters per class and policy, bounded and left out of the
-//     output when idle (metrics.go).
+//     output when idle (internal/metrics).
 //   - region exchanges: at most maxExchangers, by configuration (past it,
-//     the one bound least recently stops; exchange.go).
+//     the one bound least recently stops; internal/regions).
 // No goroutine runs for ever: reclaiming happens inside New, and every
 // goroutine the plugin starts ends by itself: dials (redisClient.dialAsync;
 // one at a time per node, each within its dial budget), heartbeat batches

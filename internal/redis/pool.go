@@ -72,7 +72,7 @@ type Pool struct {
 	lastPrune  int64 // monotonic ns
 
 	sideMu    sync.Mutex // guards side
-	side      *rconn     // the heartbeat's own connection (heartbeat.go)
+	side      *rconn     // the side connection (side.go): commands outside the checks
 	sideStale int32      // 1: CloseIdle asked for side to be closed
 }
 
@@ -274,8 +274,8 @@ func (c *Pool) pruneIdle(ns int64) {
 }
 
 // CloseIdle closes every connection without a call in flight, and the
-// heartbeat's: after one turns out dead (Redis restarted), its siblings
-// are dead too; and the registry reclaims a backend this way.
+// side connection's: after one turns out dead (Redis restarted), its siblings
+// are dead too; and a caller reclaims a client this way (CloseIdle).
 func (c *Pool) CloseIdle() {
 	c.mu.Lock()
 	keep := c.conns[:0]
@@ -289,7 +289,7 @@ func (c *Pool) CloseIdle() {
 	}
 	c.conns = keep
 	c.mu.Unlock()
-	// The heartbeat may hold its connection for a dial budget: never wait
+	// A side command may hold its connection for a dial budget: never wait
 	// for it here (a check may be the caller); it closes it itself.
 	if c.sideMu.TryLock() {
 		c.closeSide()
@@ -299,7 +299,7 @@ func (c *Pool) CloseIdle() {
 	}
 }
 
-// closeSide closes the heartbeat's connection. Requires c.sideMu held.
+// closeSide closes the side connection. Requires c.sideMu held.
 func (c *Pool) closeSide() {
 	atomic.StoreInt32(&c.sideStale, 0)
 	if c.side != nil {
@@ -308,7 +308,7 @@ func (c *Pool) closeSide() {
 	}
 }
 
-// open returns the number of connections open (the heartbeat's included).
+// OpenConns returns the number of connections open (the side one's included).
 func (c *Pool) OpenConns() int {
 	c.mu.Lock()
 	n := len(c.conns)
@@ -355,7 +355,7 @@ func (c *Pool) check(cmd *Command, key string, d []int64, timeout time.Duration)
 }
 
 // PoolCheck is the hot path of a check on this node (see
-// Tollgate.ServeHTTP), at monotonic ns: it takes an idle connection and
+// the caller's hot path), at monotonic ns: it takes an idle connection and
 // runs alone on it (solo); when none is idle, the check pipelines on the
 // least busy connection (shared), and the pool may grow (pick).
 func PoolCheck(c *Pool, cmd *Command, key string, d []int64, timeout time.Duration, ns int64) error {

@@ -69,7 +69,7 @@ func (rc *Client) watch() {
 }
 
 // watchSentinels follows +switch-master on the sentinels in turn until the
-// backend has been idle for watchIdle.
+// client has been idle for watchIdle.
 func (rc *Client) watchSentinels() {
 	defer func() {
 		_ = recover()
@@ -84,7 +84,7 @@ func (rc *Client) watchSentinels() {
 }
 
 // follow subscribes to +switch-master on the sentinel at addr and switches
-// primaries as announced. It returns nil once the backend is idle, or the
+// primaries as announced. It returns nil once the client is idle, or the
 // error that broke the subscription.
 func (rc *Client) follow(addr string) error {
 	var raw net.Conn

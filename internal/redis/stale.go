@@ -21,7 +21,7 @@ package redis
 //
 // Exactly once. A call that may have run is never run again: a check
 // written whole to a connection that then failed (a reset, EOF, a
-// timeout) fails, and the failure policy decides the request, unless a
+// timeout) fails, and the caller's failure policy decides, unless a
 // connection dialled then reaches another Redis process (another run_id,
 // or without +info a lower CLIENT ID: restarted), whose state never saw
 // the call. A call that cannot have run is tried once more, on a good
@@ -110,7 +110,7 @@ func (c *Pool) prove(cn *rconn, timeout time.Duration) error {
 	cl := newCall()
 	// The PING has a write budget (10 timeouts, at least 50 ms), not the
 	// check's timeout: it proves a connection, and a busy pod that reads
-	// its PONG late must not send the check it guards to the fallback (the
+	// its PONG late must not fail the check it guards (the
 	// drills saw a 5 ms PING missed under a burst on 2 cores). A frozen
 	// Redis costs the first check after an idle spell that wait, once:
 	// then the connection goes stale and the pool silent.

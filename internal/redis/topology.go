@@ -3,22 +3,22 @@ package redis
 // Where a check goes: one server (standalone), the primary the sentinels
 // name (Sentinel), or the node that owns the key's slot (Redis Cluster).
 //
-// A backend has one Pool (pool) per node it talks to. In sentinel
+// A Client has one Pool per node it talks to. In sentinel
 // and cluster modes the map from keys to nodes (the topology) is learnt off
 // the request's clock, by a short-lived goroutine (refresh) that asks the
 // sentinels (SENTINEL get-master-addr-by-name) or a node (CLUSTER SLOTS):
-// when the backend is created, after a check failed for any reason but the
+// when the client starts, after a check failed for any reason but the
 // pod's own state, after MOVED, and after READONLY (a primary demoted by a
-// failover). At most one refresh runs per backend, at most one every
+// failover). At most one refresh runs per client, at most one every
 // minRefresh. Until the topology is known, and while a node is down, checks
-// fall back like any failed check (failure policy: fallback.go).
+// fail with ErrNoRoute (the caller decides without Redis).
 //
 // Cluster: every key of one check shares one hash tag ({tag}), hence one
 // slot. MOVED sends the check, once, to the named node (and updates the
 // slot at once, before the refresh); ASK sends it once with ASKING, without
 // updating the map. Sentinel: besides the triggers above, a watcher
 // subscribed to +switch-master on a sentinel switches to the new primary
-// as soon as Sentinel announces it; it runs while the backend is used and
+// as soon as Sentinel announces it; it runs while the client is used and
 // ends after a minute without checks (a later check starts it again).
 
 import (
@@ -44,7 +44,7 @@ const (
 	clusterSlots = 16384
 )
 
-// topology is a backend's map from keys to nodes. Guarded by its mu.
+// topology is a client's map from keys to nodes. Guarded by its mu.
 type topology struct {
 	mu      sync.Mutex
 	nodes   map[string]*Pool // by address, every node in use
@@ -151,7 +151,7 @@ func (rc *Client) forget(keep map[*Pool]bool) {
 	}
 }
 
-// topologyCheck is backend.check's path for sentinel and cluster modes:
+// topologyCheck is Client.Check's path for sentinel and cluster modes:
 // the check on the key's node, following one redirection.
 func (rc *Client) topologyCheck(cmd *Command, key string, d []int64, timeout time.Duration) error {
 	if rc.opts.Mode == Sentinel && atomic.LoadInt32(&rc.topo.watching) == 0 {

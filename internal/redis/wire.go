@@ -231,7 +231,7 @@ func (cn *rconn) sent(pre, cl *call) {
 }
 
 // solo is the common case, a check on an idle connection, written for the
-// interpreter's cost model (see Tollgate.ServeHTTP): it writes its call
+// interpreter's cost model (the caller's hot path): it writes its call
 // (cn.solo: nothing to allocate), reads its reply as the reader and
 // decodes it into d, in this frame and decode's. It reports false, doing
 // nothing, when the connection is busy or dead (the caller then goes the
@@ -259,7 +259,7 @@ func solo(cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration,
 		cn.mixed = cn.timeout != 0
 		cn.timeout = timeout
 	}
-	if len(cmd.mid) == 0 { // appendCall for one policy, inlined
+	if len(cmd.mid) == 0 { // appendCall for one key, inlined
 		cn.sbuf = append(append(append(cn.sbuf[:0], cmd.shaHead...), key...), cmd.tail...)
 	} else {
 		cn.sbuf = appendCall(cn.sbuf[:0], cmd, cmd.shaHead, key)

@@ -1,0 +1,198 @@
+package tollgate
+
+// The policies that apply to a request (a policy set): compiled once per
+// New, picked per request (policiesFor), each with its prepared Redis call
+// and its local shares.
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/redis"
+)
+
+// policySet is everything prepared for one combination of policies: the
+// top-level limit (if any) plus the rules that matched, in config order.
+type policySet struct {
+	ps           []*policy
+	localsMu     sync.Mutex
+	locals       []limit // fallback bucket shapes for localsN pods
+	localsN      int64
+	quoted       []string // `"name"` of each policy
+	decisionLen  int      // len of a decision over ps
+	cmd          *redis.Command
+	policyHeader string
+	failClosed   bool       // some policy fails closed
+	denied       *denyCache // Redis's refusals still in force, by client key
+
+	// Rules keyed their own way (policy.source): ownKeys when some policy
+	// is; a call's keys are then written as one string, each policy's key
+	// joined to the next by joints[i] (its suffix and the next's length),
+	// and cmd has no mid (ownCall).
+	ownKeys bool
+	joints  []string
+	// In a Redis Cluster, a set with rules keyed their own way is charged
+	// group by group (decideGroups): groups[g] holds the policies of one
+	// identity, at groupPos[g] in the set.
+	groups   []*policySet
+	groupPos [][]int
+
+	// Shadow policies (Config.Shadow): shadow when some policy is one;
+	// enforce is the set of the others (nil when none), charged on their
+	// own when a request is refused by shadow policies alone.
+	shadow  bool
+	enforce *policySet
+
+	// The hot path's counting (ServeHTTP, one policy): admitted[how] is
+	// its count of requests admitted, decided how (redis or local); fewer
+	// than nearBelow tokens left is near the limit (a fifth of the burst:
+	// 5 x remaining < burst), counted by answer.
+	admitted  [2]*int64
+	nearBelow int64
+
+	// The hot path's headers (ServeHTTP): plain when an admitted request
+	// takes them (IETF headers of one policy, or no headers); then
+	// policyValue is the RateLimit-Policy value (nil: no headers) and
+	// rPrefix starts the RateLimit value.
+	plain       bool
+	policyValue []string
+	rPrefix     string
+}
+
+// newPolicySet prepares ps for client keys of keyLen bytes (headers: see
+// withHeaders).
+func newPolicySet(ps []*policy, keyLen int) *policySet {
+	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps)), denied: newDenyCache(maxDenials)}
+	var enforce []*policy
+	for _, p := range ps {
+		s.quoted = append(s.quoted, `"`+p.name+`"`)
+		s.failClosed = s.failClosed || p.failClosed
+		if p.shadow {
+			s.shadow = true
+		} else {
+			enforce = append(enforce, p)
+		}
+	}
+	s.cmd = newCommand(ps, keyLen)
+	for _, p := range ps {
+		s.ownKeys = s.ownKeys || p.source != nil
+	}
+	if s.ownKeys {
+		s.joints = s.cmd.Joints()
+		s.cmd = s.cmd.Whole()
+	}
+	m := ps[0].m
+	s.admitted = [2]*int64{&m.N[decidedRedis*metrics.NResults+metrics.Allowed], &m.N[decidedLocal*metrics.NResults+metrics.Allowed]}
+	s.nearBelow = (int64(ps[0].lim.burst) + 4) / 5
+	if s.shadow {
+		for _, p := range ps {
+			s.denied.shadow = append(s.denied.shadow, p.shadow)
+		}
+	}
+	if s.shadow && len(enforce) > 0 {
+		s.enforce = newPolicySet(enforce, keyLen)
+	}
+	return s
+}
+
+// withHeaders prepares s's hot-path headers for the headers mode (see
+// settings.headers) and returns s.
+func withHeaders(s *policySet, headers int) *policySet {
+	if s.enforce != nil {
+		withHeaders(s.enforce, headers)
+	}
+	s.plain = headers == 0 || headers == headersIETF && len(s.ps) == 1
+	if headers == headersIETF && len(s.ps) == 1 {
+		s.policyValue = []string{s.policyHeader}
+		s.rPrefix = s.quoted[0] + ";r="
+	}
+	return s
+}
+
+// shareLocals computes the fallback bucket shapes for n pods. Requires
+// s.localsMu held.
+func (s *policySet) shareLocals(n int64) {
+	locals := make([]limit, len(s.ps))
+	for i, p := range s.ps {
+		locals[i] = p.localShare(n)
+	}
+	s.locals = locals
+	s.localsN = n
+}
+
+// policiesFor returns the policy set that applies to req, or nil: the
+// top level's (or the request's plan's) and every rule that matches. Sets
+// are prepared once per combination (the rules' bits, the plan above them).
+func (t *Tollgate) policiesFor(req *http.Request) *policySet {
+	var mask, bit uint64 = 0, 1
+	for _, r := range t.set.rules {
+		if r.matches(req) {
+			mask |= bit
+		}
+		bit <<= 1
+	}
+	top := t.set.top
+	if t.set.plans != nil {
+		if pi := t.set.planOf(req); pi >= 0 {
+			top = t.set.plans[pi] // nil: unlimited
+			mask |= uint64(pi+1) << maxRules
+		}
+	}
+	if mask == 0 {
+		return t.top
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s, ok := t.sets[mask]; ok {
+		return s
+	}
+	var ps []*policy
+	if top != nil {
+		ps = append(ps, top)
+	}
+	bit = 1
+	for _, r := range t.set.rules {
+		if mask&bit != 0 {
+			ps = append(ps, r)
+		}
+		bit <<= 1
+	}
+	if len(ps) == 0 { // an unlimited plan, no rule
+		t.sets[mask] = nil
+		return nil
+	}
+	s := withHeaders(newPolicySet(ps, t.set.keyLen), t.set.headers)
+	if s.ownKeys && t.set.redis.mode == redis.Cluster {
+		withGroups(s, t.set.keyLen)
+	}
+	t.sets[mask] = s
+	return s
+}
+
+// matches reports whether a rule applies to req.
+func (p *policy) matches(req *http.Request) bool {
+	if !strings.HasPrefix(req.URL.Path, p.pathPrefix) {
+		return false
+	}
+	if len(p.methods) == 0 {
+		return true
+	}
+	for _, m := range p.methods {
+		if strings.EqualFold(m, req.Method) {
+			return true
+		}
+	}
+	return false
+}
+
+// localKeys returns the local bucket keys of the client key: one per
+// policy.
+func (s *policySet) localKeys(key string) []string {
+	keys := make([]string, len(s.ps))
+	for i, p := range s.ps {
+		keys[i] = key + p.keySuffix
+	}
+	return keys
+}
