@@ -197,3 +197,78 @@ func dialOptions(tlsConf *tls.Config, deadline time.Time, username, password str
 	}
 	return opts
 }
+
+// startDial dials one connection on a goroutine of its own. Requires c.mu
+// held.
+func (c *Pool) startDial() {
+	c.dialing++
+	go c.dialAsync()
+}
+
+// warm starts a dial when the pool has no connection, so that the first
+// check finds one (New calls it: Traefik builds middlewares before traffic).
+func (c *Pool) Warm() {
+	c.mu.Lock()
+	if len(c.conns) == 0 && c.dialing == 0 && c.poolSize > 0 {
+		c.startDial()
+	}
+	c.mu.Unlock()
+}
+
+// dialAsync dials within the dial budget and adds the connection to the
+// pool, or reports the failure to onDialError; either way it wakes the
+// checks waiting for a connection.
+func (c *Pool) dialAsync() {
+	cn, err := c.dialSafe(true)
+	c.mu.Lock()
+	c.dialing--
+	c.dialEnds++
+	if err == nil && c.forgotten {
+		cn.mu.Lock()
+		cn.kill(errConnDead)
+		cn.mu.Unlock()
+	} else if err == nil {
+		cn.born = c.mono()
+		cn.used = cn.born
+		cn.epoch = c.epoch
+		c.conns = append(c.conns, cn)
+		c.dialFailed = false
+	} else {
+		c.dialFailed = true
+		if isTimeout(err) {
+			c.silentAt = c.mono()
+		}
+		c.epoch++ // what stopped this dial may have ended the others' Redis
+	}
+	c.mu.Unlock()
+	if err != nil {
+		c.reportDial(err) // before the wake: a waiting check sees it counted
+	}
+	c.mu.Lock()
+	c.dialDone.Broadcast()
+	c.mu.Unlock()
+}
+
+// dialSafe is dial within the dial budget, with a panic turned into an
+// error. This runs on a goroutine of the plugin's own, where nothing of
+// Traefik's recovers: a panic there (Yaegi's lazily built call wrappers are
+// not safe for concurrent first use; seen once in the tests) would end the
+// whole Traefik process instead of one dial.
+func (c *Pool) dialSafe(loadScript bool) (cn *rconn, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			cn = nil
+			err = fmt.Errorf("dialing redis %q: recovered from a panic: %v", c.opts.Addr, r)
+		}
+	}()
+	return c.dial(c.now().Add(c.dialTimeout), loadScript)
+}
+
+// reportDial passes a failed dial to onDialError, recovering a panic as
+// dialSafe does.
+func (c *Pool) reportDial(err error) {
+	defer func() { _ = recover() }()
+	if c.onDialError != nil {
+		c.onDialError(err)
+	}
+}

@@ -20,7 +20,6 @@ package redis
 // before it answers a PING (stale.go).
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,81 +162,6 @@ func (c *Pool) pick(notBefore int64, timeout time.Duration) (*rconn, error) {
 	}
 }
 
-// startDial dials one connection on a goroutine of its own. Requires c.mu
-// held.
-func (c *Pool) startDial() {
-	c.dialing++
-	go c.dialAsync()
-}
-
-// warm starts a dial when the pool has no connection, so that the first
-// check finds one (New calls it: Traefik builds middlewares before traffic).
-func (c *Pool) Warm() {
-	c.mu.Lock()
-	if len(c.conns) == 0 && c.dialing == 0 && c.poolSize > 0 {
-		c.startDial()
-	}
-	c.mu.Unlock()
-}
-
-// dialAsync dials within the dial budget and adds the connection to the
-// pool, or reports the failure to onDialError; either way it wakes the
-// checks waiting for a connection.
-func (c *Pool) dialAsync() {
-	cn, err := c.dialSafe(true)
-	c.mu.Lock()
-	c.dialing--
-	c.dialEnds++
-	if err == nil && c.forgotten {
-		cn.mu.Lock()
-		cn.kill(errConnDead)
-		cn.mu.Unlock()
-	} else if err == nil {
-		cn.born = c.mono()
-		cn.used = cn.born
-		cn.epoch = c.epoch
-		c.conns = append(c.conns, cn)
-		c.dialFailed = false
-	} else {
-		c.dialFailed = true
-		if isTimeout(err) {
-			c.silentAt = c.mono()
-		}
-		c.epoch++ // what stopped this dial may have ended the others' Redis
-	}
-	c.mu.Unlock()
-	if err != nil {
-		c.reportDial(err) // before the wake: a waiting check sees it counted
-	}
-	c.mu.Lock()
-	c.dialDone.Broadcast()
-	c.mu.Unlock()
-}
-
-// dialSafe is dial within the dial budget, with a panic turned into an
-// error. This runs on a goroutine of the plugin's own, where nothing of
-// Traefik's recovers: a panic there (Yaegi's lazily built call wrappers are
-// not safe for concurrent first use; seen once in the tests) would end the
-// whole Traefik process instead of one dial.
-func (c *Pool) dialSafe(loadScript bool) (cn *rconn, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			cn = nil
-			err = fmt.Errorf("dialing redis %q: recovered from a panic: %v", c.opts.Addr, r)
-		}
-	}()
-	return c.dial(c.now().Add(c.dialTimeout), loadScript)
-}
-
-// reportDial passes a failed dial to onDialError, recovering a panic as
-// dialSafe does.
-func (c *Pool) reportDial(err error) {
-	defer func() { _ = recover() }()
-	if c.onDialError != nil {
-		c.onDialError(err)
-	}
-}
-
 // drop removes a dead connection from the pool; silent says it died
 // waiting for Redis (a frozen or overloaded server): until a dial
 // succeeds, checks finding no connection do not wait for one.
@@ -274,8 +198,8 @@ func (c *Pool) pruneIdle(ns int64) {
 }
 
 // CloseIdle closes every connection without a call in flight, and the
-// side connection's: after one turns out dead (Redis restarted), its siblings
-// are dead too; and a caller reclaims a client this way (CloseIdle).
+// side connection: after one turns out dead (Redis restarted), its
+// siblings are dead too; and a caller reclaims an unused pool this way.
 func (c *Pool) CloseIdle() {
 	c.mu.Lock()
 	keep := c.conns[:0]
