@@ -75,11 +75,17 @@ func main() {
 	if err := e2e.CopyPlugin(e2e.PluginRoot(), dst); err != nil {
 		log.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dst, "probe_core.go"), []byte(coreSource), 0o644); err != nil {
-		log.Fatal(err)
+	layout := flatSource
+	if _, err := os.Stat(filepath.Join(dst, "internal", "redis")); err == nil {
+		layout = packagesSource
 	}
+	files := map[string]string{"probe_core.go": coreSource, "probe_layout.go": layout}
 	if !*core {
-		if err := os.WriteFile(filepath.Join(dst, "probe_stages.go"), []byte(stagesSource), 0o644); err != nil {
+		files["probe_stages.go"] = stagesSource
+		files[filepath.Join("internal", "redis", "probe_stages.go")] = stagesClientSource
+	}
+	for name, src := range files {
+		if err := os.WriteFile(filepath.Join(dst, name), []byte(src), 0o644); err != nil {
 			log.Fatal(err)
 		}
 	}

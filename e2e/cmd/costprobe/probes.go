@@ -2,9 +2,11 @@ package main
 
 // coreSource is added to the plugin's package in the copy: the probes of
 // the first-class figures, written against what every version since the
-// shared connections (eb2e0d0) has (New, ServeHTTP, the breaker's fields,
-// the prepared command), so that -core runs them on an older checkout too
-// (TOLLGATE_PLUGIN_SRC). Each Probe function runs one stage n times.
+// shared connections (eb2e0d0) has (New, ServeHTTP, the breaker's fields),
+// and a layout's adapter for the rest (the prepared command's parts, the
+// monotonic clock: flatSource before the packages, packagesSource since),
+// so that -core runs them on an older checkout too (TOLLGATE_PLUGIN_SRC).
+// Each Probe function runs one stage n times.
 const coreSource = `package tollgate
 
 import (
@@ -55,8 +57,8 @@ func ProbeSetup(addr string, rw http.ResponseWriter, next http.Handler) error {
 		return err
 	}
 	probeBR = bufio.NewReader(probeConn)
-	cmd := probeT.top.cmd
-	probeCall = append(append(append([]byte{}, cmd.shaHead...), probeKey...), cmd.tail...)
+	head, tail := probeCallParts()
+	probeCall = append(append(append([]byte{}, head...), probeKey...), tail...)
 	cfg := probeConfig(addr)
 	cfg.Average, cfg.Period, cfg.Burst = 1, "1h", 1
 	hc, err := New(context.Background(), next, cfg, "probe-refused")
@@ -76,7 +78,7 @@ func ProbeSetup(addr string, rw http.ResponseWriter, next http.Handler) error {
 	for i := 0; i < 2000; i++ {
 		probeRegion.ServeHTTP(probeRW, probeReq)
 	}
-	return minimalSetup(addr, cmd.shaHead, cmd.tail)
+	return minimalSetup(addr, head, tail)
 }
 
 // probeRefused refuses probeReq's client from its deny cache.
@@ -102,7 +104,8 @@ func ProbeServeRefused(n int) {
 }
 
 // minimal is the smallest middleware that makes one round trip per
-// request (the issue "At the interpreter's floor" measured one like it):
+// request (the session that took the plugin to the interpreter's floor
+// measured one like it):
 // a SHA-256 key, a mutex-guarded stack of connections, one prepared
 // EVALSHA, a one-line status check, two headers by map assignment, next.
 // No breaker, fallback, deny cache, rules, timeouts beyond a deadline, or
@@ -189,7 +192,7 @@ func ProbeServeHTTP(n int) {
 func ProbeServeOpen(n int) {
 	b := probeT.be
 	atomic.StoreInt32(&b.probing, 1)
-	atomic.StoreInt64(&b.breaker.nextProbe, monotonic()+int64(time.Hour))
+	atomic.StoreInt64(&b.breaker.nextProbe, probeMono()+int64(time.Hour))
 	for i := 0; i < n; i++ {
 		probeT.ServeHTTP(probeRW, probeReq)
 	}
@@ -217,6 +220,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
 var (
@@ -272,31 +279,22 @@ func ProbeRedisCheck(n int) {
 }
 
 func ProbePoolCheck(n int) {
-	c := probeT.be.client
+	c := probeT.be.pool
 	for i := 0; i < n; i++ {
-		poolCheck(c, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, 0)
+		redis.PoolCheck(c, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, 0)
 	}
 }
 
 func ProbeSolo(n int) {
-	c := probeT.be.client
-	cn := c.conns[0]
-	for i := 0; i < n; i++ {
-		solo(cn, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, c.now)
-	}
+	redis.ProbeSolo(probeT.be.pool, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, n)
 }
 
 func ProbeAppendCall(n int) {
-	b := make([]byte, 0, 256)
-	for i := 0; i < n; i++ {
-		b = appendCall(b[:0], probeT.top.cmd, probeT.top.cmd.shaHead, probeKey)
-	}
+	redis.ProbeAppendCall(probeT.top.cmd, probeKey, n)
 }
 
 func ProbeDecode(n int) {
-	for i := 0; i < n; i++ {
-		decode(probeLine, probeD)
-	}
+	redis.ProbeDecode(probeLine, probeD, n)
 }
 
 func ProbeFallback(n int) {
@@ -308,7 +306,7 @@ func ProbeFallback(n int) {
 func ProbeDecideOpen(n int) {
 	b := probeT.be
 	atomic.StoreInt32(&b.probing, 1)
-	atomic.StoreInt64(&b.breaker.nextProbe, monotonic()+int64(time.Hour))
+	atomic.StoreInt64(&b.breaker.nextProbe, probeMono()+int64(time.Hour))
 	for i := 0; i < n; i++ {
 		decide(probeT, probeT.top, probeReq, probeD)
 	}
@@ -328,7 +326,7 @@ func ProbeLocalTake(n int) {
 // ProbeCount is what counting adds to an admitted check, in the
 // statements it adds to the hot path: ServeHTTP's near-limit test (an
 // operand of a test it makes anyway) and its count, redisCheck's sampling
-// test (an operand) and, in one check of histSample, the timing (tick).
+// test (an operand) and, in one check of metrics.HistSample, the timing (tick).
 // ProbeLoop is the same loop and tests without them.
 func ProbeCount(n int) {
 	t := probeT
@@ -341,8 +339,8 @@ func ProbeCount(n int) {
 			d[3] = ns
 		}
 		atomic.AddInt64(t.top.admitted[how], 1)
-		if ns < 0 || ns&(histSample-1) == 0 || hb != nil && ns < 0 {
-			t.be.metrics.observe(t.be.now() - ns)
+		if ns < 0 || ns&(metrics.HistSample-1) == 0 || hb != nil && ns < 0 {
+			t.be.metrics.Observe(t.be.now() - ns)
 		}
 	}
 }
@@ -358,7 +356,7 @@ func ProbeLoop(n int) {
 			d[3] = ns
 		}
 		if ns < 0 || hb != nil && ns < 0 {
-			t.be.metrics.observe(t.be.now() - ns)
+			t.be.metrics.Observe(t.be.now() - ns)
 		}
 	}
 }
@@ -372,4 +370,59 @@ func ProbeTakeAll(n int) {
 		takeAll(lims, tats, 1e9, probeD)
 	}
 }
+`
+
+// stagesClientSource is added to the copy's internal/redis: the probes of
+// the client's own stages, run by stagesSource's.
+const stagesClientSource = `package redis
+
+import "time"
+
+func ProbeSolo(c *Pool, cmd *Command, key string, d []int64, timeout time.Duration, n int) {
+	cn := c.conns[0]
+	for i := 0; i < n; i++ {
+		solo(cn, cmd, key, d, timeout, c.now)
+	}
+}
+
+func ProbeAppendCall(cmd *Command, key string, n int) {
+	b := make([]byte, 0, 256)
+	for i := 0; i < n; i++ {
+		b = appendCall(b[:0], cmd, cmd.shaHead, key)
+	}
+}
+
+func ProbeDecode(line []byte, d []int64, n int) {
+	for i := 0; i < n; i++ {
+		decode(line, d)
+	}
+}
+`
+
+// flatSource adapts coreSource to a checkout of one flat package (before
+// the client moved to internal/redis).
+const flatSource = `package tollgate
+
+func probeCallParts() (head, tail []byte) { return probeT.top.cmd.shaHead, probeT.top.cmd.tail }
+
+func probeMono() int64 { return monotonic() }
+`
+
+// packagesSource adapts coreSource to a checkout with internal packages.
+const packagesSource = `package tollgate
+
+import (
+	"bytes"
+
+	"github.com/tollgate-dev/tollgate/internal/clock"
+)
+
+// probeCallParts splits the prepared call around the client key.
+func probeCallParts() (head, tail []byte) {
+	call := probeT.top.cmd.Append(nil, probeKey, false)
+	i := bytes.Index(call, []byte(probeKey))
+	return call[:i], call[i+len(probeKey):]
+}
+
+func probeMono() int64 { return clock.Mono() }
 `
