@@ -1,12 +1,12 @@
-package tollgate
+package redis
 
-// A hostile or broken server must not be able to make a read allocate what a
-// reply claims rather than what it sends: "*99999999999" preallocated is an
-// out-of-memory error, which no recover stops, and Traefik dies with it.
-// redigo reads the handshake (AUTH, CLIENT SETNAME, SELECT) and the topology
-// queries (CLUSTER SLOTS, SENTINEL); resp.go reads the heartbeat and the
-// sentinel subscription. Both bound every length (patches/redigo-bounds.patch
-// and resp.go's limits).
+// A hostile or broken server must not be able to make a read allocate what
+// a reply claims rather than what it sends: "*99999999999" preallocated is
+// an out-of-memory error, which no recover stops, and Traefik dies with
+// it. redigo reads the handshake (AUTH, CLIENT SETNAME, SELECT) and the
+// topology queries (CLUSTER SLOTS, SENTINEL); resp.go reads the rest
+// (resp_test.go). Both bound every length (patches/redigo-bounds.patch,
+// budgetConn and resp.go's limits).
 
 import (
 	"bufio"
@@ -18,7 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
+	redigo "github.com/gomodule/redigo/redis"
+
+	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 // hostileServer answers the command named on with reply, then ends the
@@ -41,7 +43,7 @@ func hostileServer(t *testing.T, on, reply string) string {
 				defer nc.Close()
 				br := bufio.NewReader(nc)
 				for {
-					args, err := readCommand(br)
+					args, err := redistest.ReadCommand(br)
 					if err != nil {
 						return
 					}
@@ -62,6 +64,15 @@ func hostileServer(t *testing.T, on, reply string) string {
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// hostileDial dials addr as a pool or a topology query does, reading at
+// most budget bytes; got receives the raw connection.
+func hostileDial(addr, password string, db int64, budget int, got func(net.Conn)) (redigo.Conn, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	return redigo.DialContext(ctx, "tcp", addr, dialOptions(nil, deadline, "", password, db, budget, got)...)
 }
 
 func TestDialHostileReplies(t *testing.T) {
@@ -96,10 +107,7 @@ func TestDialHostileReplies(t *testing.T) {
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			addr := hostileServer(t, tc.on, tc.reply)
-			deadline := time.Now().Add(10 * time.Second)
-			ctx, cancel := context.WithDeadline(context.Background(), deadline)
-			defer cancel()
-			conn, err := redis.DialContext(ctx, "tcp", addr, dialOptions(nil, deadline, "", tc.password, tc.db, adminBytes, func(_ net.Conn) {})...)
+			conn, err := hostileDial(addr, tc.password, tc.db, adminBytes, func(_ net.Conn) {})
 			var reply interface{}
 			if err == nil {
 				defer conn.Close()
@@ -149,11 +157,8 @@ func TestDialReadsABoundedTotal(t *testing.T) {
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			addr := hostileServer(t, tc.on, nested)
-			deadline := time.Now().Add(10 * time.Second)
-			ctx, cancel := context.WithDeadline(context.Background(), deadline)
-			defer cancel()
 			var raw net.Conn
-			conn, err := redis.DialContext(ctx, "tcp", addr, dialOptions(nil, deadline, "", "", 0, tc.budget, func(nc net.Conn) { raw = nc })...)
+			conn, err := hostileDial(addr, "", 0, tc.budget, func(nc net.Conn) { raw = nc })
 			if err == nil {
 				_, err = conn.Do("CLUSTER", "SLOTS")
 				conn.Close()
@@ -198,10 +203,7 @@ func TestDialAllocatesWhatArrives(t *testing.T) {
 	addr := hostileServer(t, "SENTINEL", "$1048576\r\nxy")
 	var total uint64
 	for i := 0; i < 4; i++ {
-		deadline := time.Now().Add(10 * time.Second)
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		conn, err := redis.DialContext(ctx, "tcp", addr, dialOptions(nil, deadline, "", "", 0, adminBytes, func(_ net.Conn) {})...)
-		cancel()
+		conn, err := hostileDial(addr, "", 0, adminBytes, func(_ net.Conn) {})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,66 +223,28 @@ func TestDialAllocatesWhatArrives(t *testing.T) {
 	}
 }
 
-func TestRespReadersHostile(t *testing.T) {
-	mib := strings.Repeat("x", 1<<20)
-	for _, tc := range []struct {
-		desc string
-		in   string
-		want int // elements read; -1: errBadReply
-	}{
-		{desc: "an array of 99999999999", in: "*99999999999\r\n", want: -1},
-		{desc: "a length past int64", in: "*99999999999999999999999999\r\n", want: -1},
-		{desc: "70000 integers", in: "*70000\r\n" + strings.Repeat(":1\r\n", 70000), want: -1},
-		{desc: "a bulk string of 99999999999 bytes", in: "*1\r\n$99999999999\r\n", want: -1},
-		{desc: "a bulk string of 1 MiB + 1", in: "*1\r\n$1048577\r\n" + mib + "x\r\n", want: -1},
-		{desc: "a bulk string without its CRLF", in: "*2\r\n$5\r\nhelloXY$1\r\nx\r\n", want: -1},
-		{desc: "a negative bulk length", in: "*1\r\n$-5\r\n", want: -1},
-		{desc: "a line longer than the buffer", in: "*1\r\n:" + mib + "\r\n", want: -1},
-		{desc: "65536 integers", in: "*65536\r\n" + strings.Repeat(":1\r\n", 65536), want: 65536},
-		{desc: "a bulk string of 1 MiB", in: "*1\r\n$1048576\r\n" + mib + "\r\n", want: 1},
-	} {
-		t.Run(tc.desc, func(t *testing.T) {
-			got, err := readStrings(bufio.NewReader(strings.NewReader(tc.in)))
-			if tc.want < 0 {
-				if !errors.Is(err, errBadReply) {
-					t.Fatalf("readStrings = %d strings, %v; want errBadReply", len(got), err)
-				}
-				return
-			}
-			if err != nil || len(got) != tc.want {
-				t.Fatalf("readStrings = %d strings, %v; want %d", len(got), err, tc.want)
-			}
-		})
-	}
-	for _, in := range []string{"*99999999999\r\n", "*2\r\n$99999999999\r\n", ":99999999999999999999999999\r\n"} {
-		br := bufio.NewReader(strings.NewReader(in))
-		if _, err := readInt(br); err == nil {
-			t.Errorf("readInt(%q): no error", in)
+// TestClientReadsAreBounded checks that the client's own dials and
+// topology queries read within a budget: a pool's dial (the handshake),
+// CLUSTER SLOTS and SENTINEL get-master-addr-by-name, each answered with
+// 8 MB of nested empty arrays, fail with errReplyTooLong.
+func TestClientReadsAreBounded(t *testing.T) {
+	nested := "*65536\r\n" + strings.Repeat("*65536\r\n"+strings.Repeat("*0\r\n", 65536), 32)
+	t.Run("a pool's dial", func(t *testing.T) {
+		c := NewPool(Options{Addr: hostileServer(t, "CLIENT", nested), Timeout: 50 * time.Millisecond, PoolSize: 1, Script: testScript})
+		if _, err := c.dialSafe(true); !errors.Is(err, errReplyTooLong) {
+			t.Fatalf("error %v, want errReplyTooLong", err)
 		}
-		br = bufio.NewReader(strings.NewReader(in))
-		if _, err := readTime(br); err == nil {
-			t.Errorf("readTime(%q): no error", in)
+	})
+	t.Run("CLUSTER SLOTS", func(t *testing.T) {
+		addr := hostileServer(t, "CLUSTER", nested)
+		if _, err := topoClient(Cluster, addr).clusterSlots(addr); !errors.Is(err, errReplyTooLong) {
+			t.Fatalf("error %v, want errReplyTooLong", err)
 		}
-	}
-}
-
-// TestRespReadersAllocateWhatArrives checks that readStrings allocates for
-// the bytes that arrive, not for the lengths a reply claims: replies that
-// claim the most the limits allow, then end.
-func TestRespReadersAllocateWhatArrives(t *testing.T) {
-	claims := []string{"*65536\r\n", "*1\r\n$1048576\r\n", "*2\r\n:1\r\n$1048576\r\nxy"}
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for i := 0; i < 8; i++ {
-		for _, in := range claims {
-			if _, err := readStrings(bufio.NewReader(strings.NewReader(in))); err == nil {
-				t.Fatalf("readStrings(%q): no error", in)
-			}
+	})
+	t.Run("SENTINEL get-master-addr-by-name", func(t *testing.T) {
+		rc := topoClient(Sentinel, hostileServer(t, "SENTINEL", nested))
+		if err := rc.resolvePrimary(); !errors.Is(err, errReplyTooLong) || rc.topo.primary != nil {
+			t.Fatalf("error %v, primary %v; want errReplyTooLong and none", err, rc.topo.primary)
 		}
-	}
-	runtime.ReadMemStats(&after)
-	// Preallocating the claims would take 8 × (1 MiB + 1 MiB + 1 MiB).
-	if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
-		t.Fatalf("reading %d truncated replies allocated %d bytes, want under 4 MiB", 8*len(claims), got)
-	}
+	})
 }
