@@ -288,3 +288,25 @@ func TestBreakerProbesWithoutTraffic(t *testing.T) {
 		t.Fatalf("first request after Redis returned: stats %+v; want it decided by Redis", h.be.stats())
 	}
 }
+
+// The script sends 19-digit numbers for a valid config (burst >= 1e18:
+// remaining, at the fastest rate, 1 token per ns, so that the bucket
+// refills within the 100 years allowed): such a decision is Redis's, not
+// a bad reply sent to the fallback. (The same against a real Redis: e2e
+// TestNineteenDigitNumbersAreDecidedByRedis.)
+func TestNineteenDigitDecisionsAreTaken(t *testing.T) {
+	const burst = 2000000000000000000
+	mutate := func(c *Config) {
+		c.Average, c.Period, c.Burst = 1000000000, "1s", burst
+		c.DecisionHeader = "x-tollgate-decision"
+	}
+	// What the script answers, by its Go twin (statement for statement).
+	probe := handlerOn(t, "127.0.0.1:1", mutate)
+	d := make([]int64, 4)
+	takeAll([]limit{probe.top.ps[0].lim}, []float64{0}, 1e12, d)
+	f := redistest.StartFake(t, fmt.Sprintf("+%d %d %d %d\r\n", d[0], d[1], d[2], d[3]))
+	var h http.Handler = handlerOn(t, f.Addr(), mutate)
+	if got := serve(h, t.Name()).Header().Get("X-Tollgate-Decision"); got != "redis" || d[1] < 1e18 {
+		t.Fatalf("a decision of 19-digit numbers (%v): decided %q, want redis", d, got)
+	}
+}
