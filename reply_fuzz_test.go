@@ -32,11 +32,11 @@ func wellFormed(d []int64) bool {
 			return false
 		}
 	}
-	if d[0] == 1 {
-		return true
+	if d[0] != 0 {
+		return d[0] == 1
 	}
 	for i := 2; i < len(d); i += 3 {
-		if d[0] == 0 && d[i] > 0 {
+		if d[i] > 0 {
 			return true
 		}
 	}
