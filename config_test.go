@@ -150,3 +150,23 @@ func TestPathPrefixMatching(t *testing.T) {
 		}
 	}
 }
+
+// An endpoint goes into logs: one with a control character or a space is
+// refused, so that whoever writes the dynamic config cannot forge a log
+// line through it.
+func TestEndpointsArePrintable(t *testing.T) {
+	for _, e := range []string{"127.0.0.1:6379\nforged:1", "a b:6379", "127.0.0.1:6379\x00", "h\u00e9:6379"} {
+		cfg := CreateConfig()
+		cfg.Average = 10
+		cfg.Redis.Endpoints = []string{e}
+		if _, err := compile(cfg, "api"); err == nil || !strings.Contains(err.Error(), "redis.endpoints[0]") {
+			t.Errorf("endpoint %q: %v, want refused", e, err)
+		}
+	}
+	cfg := CreateConfig()
+	cfg.Average = 10
+	cfg.Redis.Endpoints = []string{"redis-0.redis.svc:6379"}
+	if _, err := compile(cfg, "api"); err != nil {
+		t.Errorf("a plain endpoint refused: %v", err)
+	}
+}

@@ -57,7 +57,7 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 		return r, errors.New("redis.endpoints: at least one host:port is required")
 	}
 	for i, e := range eps {
-		if _, port, err := net.SplitHostPort(e); err != nil || port == "" {
+		if _, port, err := net.SplitHostPort(e); err != nil || port == "" || !printable(e) {
 			return r, fmt.Errorf("redis.endpoints[%d]: %q is not host:port", i, e)
 		}
 	}
@@ -162,4 +162,15 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 	r.breakerThreshold = orDefault(c.BreakerThreshold, defaultBreakerThreshold)
 	r.probeNS = int64(r.probeInterval)
 	return r, nil
+}
+
+// printable reports whether s holds printable ASCII without spaces: an
+// address goes into logs, where a line break would forge a line.
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
