@@ -1,62 +1,11 @@
 package redis
 
 import (
-	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
 )
-
-// Client is one Redis deployment: a server, a Sentinel-managed primary,
-// or a Cluster, as a Pool per node and the map from keys to nodes
-// (topology.go).
-//
-// Safe for concurrent use. A Client starts no goroutine that outlives its
-// work: dials end within their budget, a topology refresh after one round
-// of queries, the sentinel watcher after watchIdle without checks. It has
-// no Close: CloseIdle closes what is idle, and a Client nobody calls holds
-// one idle connection per node at most.
-type Client struct {
-	opts  Options
-	hooks Hooks
-	pool  *Pool    // Standalone: the server's; nil otherwise
-	topo  topology // Sentinel and Cluster
-	now   func() int64
-
-	lastUsed int64 // monotonic ns of the last topology check or side command
-}
-
-// Hooks are what a Client tells its owner, from any goroutine; each may
-// be nil.
-type Hooks struct {
-	// DialFailed is a dial that failed outside any check (a check that
-	// waited for it fails with ErrDialFailed).
-	DialFailed func(err error)
-	// Changed is a topology that changed: a new primary, slots moved.
-	Changed func()
-	// RefreshFailed is a topology refresh that failed.
-	RefreshFailed func(err error)
-}
-
-func (h *Hooks) dialFailed(err error) {
-	if h.DialFailed != nil {
-		h.DialFailed(err)
-	}
-}
-
-func (h *Hooks) changed() {
-	if h.Changed != nil {
-		h.Changed()
-	}
-}
-
-func (h *Hooks) refreshFailed(err error) {
-	if h.RefreshFailed != nil {
-		h.RefreshFailed(err)
-	}
-}
 
 // New returns a Client of the deployment opts describe; nothing is dialled
 // before Start or the first check.
@@ -79,10 +28,6 @@ func (rc *Client) Start() {
 		return
 	}
 	rc.Refresh()
-}
-
-func (rc *Client) dialFailed(err error) {
-	rc.hooks.dialFailed(err)
 }
 
 // Pool returns a standalone server's pool (the hot path's: PoolCheck),
@@ -125,29 +70,6 @@ func (rc *Client) SideDo(key string, cmds []byte, n int) ([][]string, error) {
 	return c.SideDo(cmds, n)
 }
 
-// Pools returns the pools of every node in use.
-func (rc *Client) Pools() []*Pool {
-	if rc.pool != nil {
-		return []*Pool{rc.pool}
-	}
-	rc.topo.mu.Lock()
-	defer rc.topo.mu.Unlock()
-	cs := make([]*Pool, 0, len(rc.topo.nodes))
-	for _, c := range rc.topo.nodes {
-		cs = append(cs, c)
-	}
-	return cs
-}
-
-// SuspectAll makes every node's connections prove themselves (a PING)
-// before they carry a check again: something (the breaker opening) says
-// Redis may have restarted or failed over since they last answered.
-func (rc *Client) SuspectAll() {
-	for _, c := range rc.Pools() {
-		c.suspect()
-	}
-}
-
 // CloseIdle closes every node's idle connections.
 func (rc *Client) CloseIdle() {
 	for _, c := range rc.Pools() {
@@ -188,24 +110,3 @@ func (rc *Client) OpenConns() int {
 	}
 	return n
 }
-
-// Describe names the deployment in logs.
-func (rc *Client) Describe() string {
-	switch rc.opts.Mode {
-	case Sentinel:
-		return fmt.Sprintf("sentinel master %q (sentinels %s)", rc.opts.MasterName, strings.Join(rc.opts.Endpoints, ","))
-	case Cluster:
-		return "cluster (seeds " + strings.Join(rc.opts.Endpoints, ",") + ")"
-	}
-	return rc.opts.Addr
-}
-
-// idleFor reports whether no topology check or side command used the
-// client for d.
-func (rc *Client) idleFor(d time.Duration) bool {
-	return rc.now()-atomic.LoadInt64(&rc.lastUsed) > int64(d)
-}
-
-// LastUsed returns when a topology check or side command last used the
-// client (monotonic ns).
-func (rc *Client) LastUsed() int64 { return atomic.LoadInt64(&rc.lastUsed) }

@@ -17,15 +17,6 @@ type Command struct {
 	tail     []byte   // the last key's suffix, then interval, burst, cost of every bucket
 }
 
-// bulk appends a RESP bulk string.
-func bulk(b []byte, s string) []byte {
-	b = append(b, '$')
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, "\r\n"...)
-	b = append(b, s...)
-	return append(b, "\r\n"...)
-}
-
 // NewCommand prepares a call of script with len(suffixes) keys and args:
 // key i is the caller's key, keyLens[i] bytes long in every call, then
 // suffixes[i]. Only the caller's key changes between calls, so a call is

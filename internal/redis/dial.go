@@ -19,27 +19,6 @@ import (
 	redigo "github.com/gomodule/redigo/redis"
 )
 
-// A dial (connect, TLS, AUTH, SELECT) does not run on a request's clock (see
-// dialAsync); it has 100 times the check's timeout, within these bounds. A
-// Redis that cannot complete one in that time is unavailable: the failure
-// counts toward the breaker (onDialError).
-const (
-	minDialTimeout = 250 * time.Millisecond
-	maxDialTimeout = 2 * time.Second
-)
-
-// DialTimeout returns the dial budget for a check timeout.
-func DialTimeout(timeout time.Duration) time.Duration {
-	d := 100 * timeout
-	if d < minDialTimeout {
-		return minDialTimeout
-	}
-	if d > maxDialTimeout {
-		return maxDialTimeout
-	}
-	return d
-}
-
 // dial connects, authenticates and selects the database, all before
 // deadline, through redigo; then keeps the raw connection for checks.
 func (c *Pool) dial(deadline time.Time, loadScript bool) (*rconn, error) {
@@ -271,4 +250,42 @@ func (c *Pool) reportDial(err error) {
 	if c.onDialError != nil {
 		c.onDialError(err)
 	}
+}
+
+// tend grows the pool when it should (grow: its least busy connection
+// carries growAt calls per open connection, or there is none) and prunes
+// idle connections at most every pruneEvery. Requires c.mu held.
+func (c *Pool) tend(grow bool, ns int64) {
+	if grow && c.dialing == 0 && len(c.conns)+c.proving < c.poolSize {
+		c.startDial()
+	}
+	if ns-c.lastPrune >= pruneEvery {
+		c.lastPrune = ns
+		if len(c.conns) > 1 {
+			c.pruneIdle(ns)
+		}
+	}
+}
+
+// adminDo runs one command on a fresh connection to addr (user and
+// password for AUTH), for topology queries, with o's TLS and budget; the
+// connection is closed.
+func adminDo(o *Options, addr, user, pass string, db int64, cmd string, args ...interface{}) (interface{}, error) {
+	conn, err := adminConn(o, addr, user, pass, db, func(_ net.Conn) {})
+	if err != nil {
+		return nil, fmt.Errorf("dialing %q: %w", addr, err)
+	}
+	defer conn.Close()
+	return conn.Do(cmd, args...)
+}
+
+// adminConn dials addr for a topology query or subscription, within the
+// dial budget, with the deployment's TLS (each node verified by its own
+// address when o.TLS names no server) and the given credentials; got
+// receives the raw connection.
+func adminConn(o *Options, addr, user, pass string, db int64, got func(net.Conn)) (redigo.Conn, error) {
+	deadline := time.Now().Add(DialTimeout(o.Timeout))
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	return redigo.DialContext(ctx, "tcp", addr, dialOptions(o.TLS, deadline, user, pass, db, adminBytes, got)...)
 }

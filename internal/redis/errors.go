@@ -72,3 +72,32 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// neverSent reports an error of a call that cannot have reached Redis
+// whole: it may be tried once more.
+func neverSent(err error) bool { return err == errWrite || err == errNotSent }
+
+// connLost reports an error of a connection that failed as a whole (the
+// server closed it, a write failed), as opposed to a timeout or a reply.
+func connLost(err error) bool {
+	return err == errWrite || err == errNotSent || err != ErrTimeout && err != errStale && err != errOwed && err != ErrBadReply && err != errNoScript && err != errRedirect &&
+		err != errReadOnly && err != ErrQueueFull && err != ErrDialFailed && !isTimeout(err)
+}
+
+// replyFault reports an error that says nothing of whether the pool's
+// connections outlived their Redis: a reply (NOSCRIPT, a redirection,
+// READONLY), our own queue full, no dial, or a timeout (Redis, or the
+// pod, slow: the connection is still the one Redis serves; suspecting
+// every connection for it would add a PING to the next checks of a pod
+// already late). A connection that stays silent goes stale (errStale).
+func replyFault(err error) bool {
+	return err == errNoScript || err == errRedirect || err == errReadOnly || err == ErrQueueFull || err == ErrDialFailed ||
+		err == ErrTimeout || isTimeout(err)
+}
+
+// lostUnder reports an error of a connection that ended with the call
+// written to it: Redis may have run the call, unless Redis itself
+// restarted.
+func lostUnder(err error) bool {
+	return err == errOwed || !neverSent(err) && connLost(err)
+}

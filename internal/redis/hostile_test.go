@@ -19,7 +19,6 @@ import (
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
-
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 

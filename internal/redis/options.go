@@ -50,3 +50,24 @@ func NewScript(body string) *Script {
 	sum := sha1.Sum([]byte(body))
 	return &Script{Body: body, SHA: hex.EncodeToString(sum[:])}
 }
+
+// A dial (connect, TLS, AUTH, SELECT) does not run on a request's clock (see
+// dialAsync); it has 100 times the check's timeout, within these bounds. A
+// Redis that cannot complete one in that time is unavailable: the failure
+// counts toward the breaker (onDialError).
+const (
+	minDialTimeout = 250 * time.Millisecond
+	maxDialTimeout = 2 * time.Second
+)
+
+// DialTimeout returns the dial budget for a check timeout.
+func DialTimeout(timeout time.Duration) time.Duration {
+	d := 100 * timeout
+	if d < minDialTimeout {
+		return minDialTimeout
+	}
+	if d > maxDialTimeout {
+		return maxDialTimeout
+	}
+	return d
+}

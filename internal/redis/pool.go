@@ -105,63 +105,6 @@ func (c *Pool) SetPoolSize(n int) {
 	c.mu.Unlock()
 }
 
-// pick returns the least busy connection dialled at notBefore (monotonic
-// ns) or later and known good, starting a dial when all are busy and the
-// pool may grow. One that may have outlived its Redis is proven first (a
-// PING: stale.go), and carries this check once proven. With none it waits
-// for the dial or the proof in progress, and for one dial at most; it
-// fails at once while Redis is silent (failingFast). Connections open,
-// being proven and being dialled are at most poolSize.
-func (c *Pool) pick(notBefore int64, timeout time.Duration) (*rconn, error) {
-	waited := int64(-1) // the dials ended when this check began to wait for one
-	c.mu.Lock()
-	for {
-		if c.forgotten {
-			c.mu.Unlock()
-			return nil, errNotSent // the topology moved on: its map has another node
-		}
-		ns := c.mono()
-		best, suspect, busy := c.usable(notBefore, ns)
-		if suspect != nil && (best == nil || atomic.LoadInt64(&best.inflight) > 0) {
-			err := c.prove(suspect, timeout)
-			if err == nil {
-				c.tend(false, suspect.used) // proven just now: not pruned
-				c.mu.Unlock()
-				return suspect, nil
-			}
-			if err == ErrTimeout {
-				c.mu.Unlock()
-				return nil, err // Redis is slower than the check's budget
-			}
-			continue
-		}
-		if best == nil {
-			// Behind the replies a suspect connection owes: its reader
-			// finds out whether Redis answers (a frozen Redis's
-			// connection goes stale), with no wait for a dial.
-			best = busy
-		}
-		if best != nil {
-			best.used = ns
-			c.tend(atomic.LoadInt64(&best.inflight) >= growAt*int64(len(c.conns)), ns)
-			c.mu.Unlock()
-			return best, nil
-		}
-		failed := waited >= 0 && c.dialEnds != waited && c.dialFailed // the dial this check waited for failed
-		if c.dialing == 0 && !failed && len(c.conns)+c.proving < c.poolSize {
-			c.startDial()
-		}
-		if c.poolSize <= 0 || c.failingFast(ns) || failed || c.dialing == 0 && c.proving == 0 {
-			c.mu.Unlock()
-			return nil, ErrDialFailed
-		}
-		if waited < 0 {
-			waited = c.dialEnds
-		}
-		c.dialDone.Wait() // a dial or a proof ends within its budget
-	}
-}
-
 // drop removes a dead connection from the pool; silent says it died
 // waiting for Redis (a frozen or overloaded server): until a dial
 // succeeds, checks finding no connection do not wait for one.
@@ -245,193 +188,24 @@ func (c *Pool) OpenConns() int {
 	return n
 }
 
-// roundTrip runs one call on a pooled connection: prefix, then (cmd not
-// nil) the script call starting with head for key, with pre (not nil)
-// answering the prefix. On a connection the server had closed (a Redis
-// restart), the pool's idle connections are closed too and the call is
-// tried once more on another, or a new one (retry).
-func (c *Pool) roundTrip(pre *call, prefix []byte, cmd *Command, head []byte, key string, timeout time.Duration, notBefore int64) (*call, error) {
-	cn, cl, err := c.attempt(pre, prefix, cmd, head, key, timeout, notBefore)
-	if err == nil || cn == nil {
-		return cl, err
-	}
-	return c.retry(cn, cl, err, pre, prefix, cmd, head, key, timeout)
-}
-
-// attempt is one try of roundTrip on a connection dialled at notBefore or
-// later; cn is nil when there is none (the error says why).
-func (c *Pool) attempt(pre *call, prefix []byte, cmd *Command, head []byte, key string, timeout time.Duration, notBefore int64) (*rconn, *call, error) {
-	cn, err := c.pick(notBefore, timeout)
-	if err != nil {
-		return nil, nil, err
-	}
-	cl := newCall()
-	if pre != nil {
-		*pre = call{wake: pre.wake}
-	}
-	return cn, cl, cn.exchange(pre, cl, prefix, cmd, head, key, timeout, c.now)
-}
-
-// check runs the bucket script for the client key and stores the decision
-// in d (PoolCheck).
-func (c *Pool) check(cmd *Command, key string, d []int64, timeout time.Duration) error {
-	return PoolCheck(c, cmd, key, d, timeout, c.mono())
-}
-
-// PoolCheck is the hot path of a check on this node (see
-// the caller's hot path), at monotonic ns: it takes an idle connection and
-// runs alone on it (solo); when none is idle, the check pipelines on the
-// least busy connection (shared), and the pool may grow (pick).
-func PoolCheck(c *Pool, cmd *Command, key string, d []int64, timeout time.Duration, ns int64) error {
-	var cn *rconn
-	load := deadLoad
-	c.mu.Lock()
-	for _, x := range c.conns { // pick, inlined: the least busy, the first idle
-		if n := atomic.LoadInt64(&x.inflight); n < load {
-			cn = x
-			load = n
-			if n == 0 {
-				break
-			}
-		}
-	}
-	if cn != nil {
-		if cn.epoch != c.epoch || ns-cn.used >= int64(proveAfter) {
-			c.mu.Unlock()
-			return c.shared(cmd, key, d, timeout) // pick proves it first (stale.go)
-		}
-		cn.used = ns // before tend: the pick is not pruned
-	}
-	grow := cn == nil || load >= growAt*int64(len(c.conns))
-	if grow || ns-c.lastPrune >= pruneEvery {
-		c.tend(grow, ns)
-	}
-	c.mu.Unlock()
-	if cn == nil {
-		return c.shared(cmd, key, d, timeout) // no connection: pick waits for the dial
-	}
-	if load == 0 {
-		if ok, err := solo(cn, cmd, key, d, timeout, c.now); ok {
-			if err != nil {
-				return c.failedOn(cn, err, cmd, key, d, timeout)
-			}
-			return nil
-		}
-	}
-	return pipelined(c, cn, cmd, key, d, timeout)
-}
-
-// pipelined runs a check on cn, busy, the shared way: its call queued
-// behind the others and its reply awaited (cn.exchange, inlined: this is
-// the hot path at saturation); a failure goes on in failedOn.
-func pipelined(c *Pool, cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration) error {
-	cl := newCall()
-	err := cn.send(nil, cl, nil, cmd, cmd.shaHead, key, timeout, c.now)
-	if err == nil || cl.done {
-		cn.mu.Lock()
-		cn.await(cl)
-		cn.mu.Unlock()
-		err = cl.err
-	}
-	if err != nil {
-		return c.failedOn(cn, err, cmd, key, d, timeout)
-	}
-	return answered(cl, nil, d)
-}
-
-// tend grows the pool when it should (grow: its least busy connection
-// carries growAt calls per open connection, or there is none) and prunes
-// idle connections at most every pruneEvery. Requires c.mu held.
-func (c *Pool) tend(grow bool, ns int64) {
-	if grow && c.dialing == 0 && len(c.conns)+c.proving < c.poolSize {
-		c.startDial()
-	}
-	if ns-c.lastPrune >= pruneEvery {
-		c.lastPrune = ns
-		if len(c.conns) > 1 {
-			c.pruneIdle(ns)
-		}
-	}
-}
-
-// failedOn goes on after a check on cn (solo or pipelined) failed with
-// err, as roundTrip does: a lost connection is tried once more (retry),
-// NOSCRIPT is answered by EVAL, any other error is the check's.
-func (c *Pool) failedOn(cn *rconn, err error, cmd *Command, key string, d []int64, timeout time.Duration) error {
-	cl, err := c.retry(cn, nil, err, nil, nil, cmd, cmd.shaHead, key, timeout)
-	if err == errNoScript {
-		cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout, 0)
-	}
-	return answered(cl, err, d)
-}
-
-// shared runs a check the shared way (call), when the pool had no
-// connection to pick.
-func (c *Pool) shared(cmd *Command, key string, d []int64, timeout time.Duration) error {
-	cl, err := c.call(cmd, key, timeout)
-	return answered(cl, err, d)
-}
-
-// answered decodes the reply of cl into d and gives cl back, or returns
-// err.
-func answered(cl *call, err error, d []int64) error {
-	if err != nil {
-		return err
-	}
-	err = decode(cl.line, d)
-	releaseCall(cl)
-	return err
-}
-
-// call is check up to the reply: the call, done, with its reply line or
-// error (a redirection's line names its target).
-func (c *Pool) call(cmd *Command, key string, timeout time.Duration) (*call, error) {
-	cl, err := c.roundTrip(nil, nil, cmd, cmd.shaHead, key, timeout, 0)
-	if err == errNoScript {
-		cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout, 0)
-	}
-	return cl, err
-}
-
 var (
 	pingCmd   = []byte("*1\r\n$4\r\nPING\r\n")
 	pongReply = "+PONG\r\n"
 )
-
-// probe checks that the node answers within timeout, on a fresh
-// connection (those pooled may have died with the server): the idle ones
-// are closed, the new one joins the pool.
-func (c *Pool) probe(timeout time.Duration) error {
-	cn, err := c.dialSafe(true)
-	if err != nil {
-		return err
-	}
-	c.CloseIdle()
-	cl := newCall()
-	if err = cn.exchange(nil, cl, pingCmd, nil, nil, "", timeout, c.now); err == nil && string(cl.line) != pongReply {
-		err = ErrBadReply
-	}
-	if err != nil {
-		cn.mu.Lock()
-		cn.kill(err)
-		cn.mu.Unlock()
-		return err
-	}
-	cn.born = c.mono()
-	cn.used = cn.born
-	c.mu.Lock()
-	c.epoch++ // those open before the probe may be its predecessor's
-	cn.epoch = c.epoch
-	c.conns = append(c.conns, cn)
-	c.dialFailed = false
-	c.dialDone.Broadcast()
-	c.mu.Unlock()
-	return nil
-}
 
 // PoolSize returns the cap on open connections (SetPoolSize).
 func (c *Pool) PoolSize() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.poolSize
+}
+
+// suspect marks every connection of the pool as possibly outlived by its
+// Redis: each proves itself before its next check; the side connection is
+// dialled again before its next use.
+func (c *Pool) suspect() {
+	c.mu.Lock()
+	c.epoch++
+	c.mu.Unlock()
+	atomic.StoreInt32(&c.sideStale, 1)
 }

@@ -22,7 +22,7 @@ func (rc *Client) resolvePrimary() error {
 	err := errors.New("no sentinel")
 	for _, addr := range rc.opts.Endpoints {
 		var hp []string
-		hp, err = redigo.Strings(rc.adminDo(addr, rc.opts.SentinelUser, rc.opts.SentinelPass, 0,
+		hp, err = redigo.Strings(adminDo(&rc.opts, addr, rc.opts.SentinelUser, rc.opts.SentinelPass, 0,
 			"SENTINEL", "get-master-addr-by-name", rc.opts.MasterName))
 		if err == nil && len(hp) != 2 {
 			err = fmt.Errorf("%w: %q", ErrBadReply, hp)
@@ -88,7 +88,7 @@ func (rc *Client) watchSentinels() {
 // error that broke the subscription.
 func (rc *Client) follow(addr string) error {
 	var raw net.Conn
-	conn, err := rc.adminConn(addr, rc.opts.SentinelUser, rc.opts.SentinelPass, 0, func(nc net.Conn) { raw = nc })
+	conn, err := adminConn(&rc.opts, addr, rc.opts.SentinelUser, rc.opts.SentinelPass, 0, func(nc net.Conn) { raw = nc })
 	if err != nil {
 		return err
 	}

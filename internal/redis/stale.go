@@ -214,38 +214,6 @@ func (c *Pool) forget() {
 	c.CloseIdle()
 }
 
-// suspect marks every connection of the pool as possibly outlived by its
-// Redis: each proves itself before its next check; the side connection is
-// dialled again before its next use.
-func (c *Pool) suspect() {
-	c.mu.Lock()
-	c.epoch++
-	c.mu.Unlock()
-	atomic.StoreInt32(&c.sideStale, 1)
-}
-
-// neverSent reports an error of a call that cannot have reached Redis
-// whole: it may be tried once more.
-func neverSent(err error) bool { return err == errWrite || err == errNotSent }
-
-// connLost reports an error of a connection that failed as a whole (the
-// server closed it, a write failed), as opposed to a timeout or a reply.
-func connLost(err error) bool {
-	return err == errWrite || err == errNotSent || err != ErrTimeout && err != errStale && err != errOwed && err != ErrBadReply && err != errNoScript && err != errRedirect &&
-		err != errReadOnly && err != ErrQueueFull && err != ErrDialFailed && !isTimeout(err)
-}
-
-// replyFault reports an error that says nothing of whether the pool's
-// connections outlived their Redis: a reply (NOSCRIPT, a redirection,
-// READONLY), our own queue full, no dial, or a timeout (Redis, or the
-// pod, slow: the connection is still the one Redis serves; suspecting
-// every connection for it would add a PING to the next checks of a pod
-// already late). A connection that stays silent goes stale (errStale).
-func replyFault(err error) bool {
-	return err == errNoScript || err == errRedirect || err == errReadOnly || err == ErrQueueFull || err == ErrDialFailed ||
-		err == ErrTimeout || isTimeout(err)
-}
-
 // restarted reports whether next, dialled after lost ended, reaches
 // another Redis process than lost did: another run_id, or without run ids
 // a lower CLIENT ID (IDs grow with every connection a process accepts).
@@ -255,13 +223,6 @@ func restarted(lost, next *rconn) bool {
 		return lost.run != next.run
 	}
 	return lost.id > 0 && next.id > 0 && next.id < lost.id
-}
-
-// lostUnder reports an error of a connection that ended with the call
-// written to it: Redis may have run the call, unless Redis itself
-// restarted.
-func lostUnder(err error) bool {
-	return err == errOwed || !neverSent(err) && connLost(err)
 }
 
 // retry goes on after a call cl on cn failed with err: anything but a
@@ -303,4 +264,61 @@ func (c *Pool) retry(cn *rconn, cl *call, err error, pre *call, prefix []byte, c
 		}
 	}
 	return cl, err
+}
+
+// pick returns the least busy connection dialled at notBefore (monotonic
+// ns) or later and known good, starting a dial when all are busy and the
+// pool may grow. One that may have outlived its Redis is proven first (a
+// PING: stale.go), and carries this check once proven. With none it waits
+// for the dial or the proof in progress, and for one dial at most; it
+// fails at once while Redis is silent (failingFast). Connections open,
+// being proven and being dialled are at most poolSize.
+func (c *Pool) pick(notBefore int64, timeout time.Duration) (*rconn, error) {
+	waited := int64(-1) // the dials ended when this check began to wait for one
+	c.mu.Lock()
+	for {
+		if c.forgotten {
+			c.mu.Unlock()
+			return nil, errNotSent // the topology moved on: its map has another node
+		}
+		ns := c.mono()
+		best, suspect, busy := c.usable(notBefore, ns)
+		if suspect != nil && (best == nil || atomic.LoadInt64(&best.inflight) > 0) {
+			err := c.prove(suspect, timeout)
+			if err == nil {
+				c.tend(false, suspect.used) // proven just now: not pruned
+				c.mu.Unlock()
+				return suspect, nil
+			}
+			if err == ErrTimeout {
+				c.mu.Unlock()
+				return nil, err // Redis is slower than the check's budget
+			}
+			continue
+		}
+		if best == nil {
+			// Behind the replies a suspect connection owes: its reader
+			// finds out whether Redis answers (a frozen Redis's
+			// connection goes stale), with no wait for a dial.
+			best = busy
+		}
+		if best != nil {
+			best.used = ns
+			c.tend(atomic.LoadInt64(&best.inflight) >= growAt*int64(len(c.conns)), ns)
+			c.mu.Unlock()
+			return best, nil
+		}
+		failed := waited >= 0 && c.dialEnds != waited && c.dialFailed // the dial this check waited for failed
+		if c.dialing == 0 && !failed && len(c.conns)+c.proving < c.poolSize {
+			c.startDial()
+		}
+		if c.poolSize <= 0 || c.failingFast(ns) || failed || c.dialing == 0 && c.proving == 0 {
+			c.mu.Unlock()
+			return nil, ErrDialFailed
+		}
+		if waited < 0 {
+			waited = c.dialEnds
+		}
+		c.dialDone.Wait() // a dial or a proof ends within its budget
+	}
 }

@@ -22,134 +22,13 @@ package redis
 // ends after a minute without checks (a later check starts it again).
 
 import (
-	"context"
-	"fmt"
 	"log"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
-
-	redigo "github.com/gomodule/redigo/redis"
 )
-
-const (
-	// minRefresh spaces topology refreshes.
-	minRefresh = 250 * time.Millisecond
-	// watchIdle ends the sentinel watcher after this long without checks.
-	watchIdle = time.Minute
-	// clusterSlots is the number of hash slots of Redis Cluster.
-	clusterSlots = 16384
-)
-
-// topology is a client's map from keys to nodes. Guarded by its mu.
-type topology struct {
-	mu      sync.Mutex
-	nodes   map[string]*Pool // by address, every node in use
-	primary *Pool            // sentinel: the current primary
-	slots   []*Pool          // cluster: owner by slot; nil until known
-	extra   []string         // nodes named only by redirections, oldest first
-
-	refreshing  int32 // 1 while a refresh runs
-	lastRefresh int64 // Unix ns of the last refresh started
-	learnt      int64 // monotonic ns when the last refresh succeeded
-	watching    int32 // 1 while the sentinel watcher runs
-}
-
-// route returns the client for key, or nil while the topology is unknown.
-func (rc *Client) route(key string) *Pool {
-	slot := 0
-	if rc.opts.Mode == Cluster {
-		slot = KeySlot(key)
-	}
-	t := &rc.topo
-	t.mu.Lock()
-	c := t.primary
-	if rc.opts.Mode == Cluster && t.slots != nil {
-		c = t.slots[slot]
-	}
-	t.mu.Unlock()
-	return c
-}
-
-// maxExtraNodes bounds the nodes known only from MOVED or ASK replies
-// (not from CLUSTER SLOTS): past it the oldest is forgotten, so a refresh
-// that keeps failing while redirections name new addresses cannot grow
-// the pools without end.
-const maxExtraNodes = 16
-
-// node returns the client for addr, creating (and warming) it on first
-// use. learnt says the topology named it (CLUSTER SLOTS, the sentinels);
-// a node named only by a redirection is an extra, forgotten when more than
-// maxExtraNodes are held or when the next refresh does not name it.
-// Requires that rc.topo.mu is held.
-func (rc *Client) node(addr string, learnt bool) *Pool {
-	if c, ok := rc.topo.nodes[addr]; ok {
-		if learnt {
-			rc.topo.unmarkExtra(addr)
-		}
-		return c
-	}
-	opts := rc.opts
-	opts.Addr = addr
-	c := NewPool(opts)
-	c.onDialError = func(err error) { rc.dialFailed(err) }
-	rc.topo.nodes[addr] = c
-	if !learnt {
-		rc.topo.extra = append(rc.topo.extra, addr)
-		if len(rc.topo.extra) > maxExtraNodes {
-			rc.topo.forgetNode(rc.topo.extra[0])
-			rc.topo.extra = rc.topo.extra[1:]
-		}
-	}
-	c.Warm()
-	return c
-}
-
-// unmarkExtra makes addr a learnt node. Requires t.mu held.
-func (t *topology) unmarkExtra(addr string) {
-	for i, a := range t.extra {
-		if a == addr {
-			t.extra = append(t.extra[:i], t.extra[i+1:]...)
-			return
-		}
-	}
-}
-
-// forgetNode closes addr's idle connections and forgets it, with the
-// slots it owned (their checks fall back until the next refresh).
-// Requires t.mu held.
-func (t *topology) forgetNode(addr string) {
-	c := t.nodes[addr]
-	if c == nil {
-		return
-	}
-	c.forget()
-	delete(t.nodes, addr)
-	for i, o := range t.slots {
-		if o == c {
-			t.slots[i] = nil
-		}
-	}
-	if t.primary == c {
-		t.primary = nil
-	}
-}
-
-// forget closes the idle connections of nodes no longer in use (keep), and
-// forgets them. Requires that rc.topo.mu is held.
-func (rc *Client) forget(keep map[*Pool]bool) {
-	rc.topo.extra = nil
-
-	for addr, c := range rc.topo.nodes {
-		if !keep[c] {
-			c.forget()
-			delete(rc.topo.nodes, addr)
-		}
-	}
-}
 
 // topologyCheck is Client.Check's path for sentinel and cluster modes:
 // the check on the key's node, following one redirection.
@@ -313,25 +192,3 @@ func (c *Pool) checkAsking(cmd *Command, key string, d []int64, timeout time.Dur
 }
 
 var askingCmd = []byte("*1\r\n$6\r\nASKING\r\n")
-
-// adminDo runs one command on a fresh connection to addr (user and
-// password for AUTH), for topology queries; the connection is closed.
-func (rc *Client) adminDo(addr, user, pass string, db int64, cmd string, args ...interface{}) (interface{}, error) {
-	conn, err := rc.adminConn(addr, user, pass, db, func(net.Conn) {})
-	if err != nil {
-		return nil, fmt.Errorf("dialing %q: %w", addr, err)
-	}
-	defer conn.Close()
-	return conn.Do(cmd, args...)
-}
-
-// adminConn dials addr for a topology query or subscription, within the
-// dial budget, with the deployment's TLS (each node verified by its own
-// address: rc.opts.TLS names no server) and the given credentials; got
-// receives the raw connection.
-func (rc *Client) adminConn(addr, user, pass string, db int64, got func(net.Conn)) (redigo.Conn, error) {
-	deadline := time.Now().Add(DialTimeout(rc.opts.Timeout))
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	return redigo.DialContext(ctx, "tcp", addr, dialOptions(rc.opts.TLS, deadline, user, pass, db, adminBytes, got)...)
-}

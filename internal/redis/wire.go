@@ -33,114 +33,11 @@ package redis
 // pool drops it.
 
 import (
-	"bufio"
-	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
 )
-
-const (
-	// lateGrace is how long a read that timed out looks again for a reply
-	// already received (see lateRead).
-	lateGrace = 200 * time.Microsecond
-	// minWriteBudget is the least a write may block (writeBudget).
-	minWriteBudget = 50 * time.Millisecond
-	// maxQueue bounds the calls in flight on one connection.
-	maxQueue = 4096
-	// readerSize is the reply buffer of a connection, and the longest
-	// reply line a call may get (MaxLine).
-	readerSize = 4096
-)
-
-// MaxLine is the longest status line a call's reply may be: a script's
-// reply must fit.
-const MaxLine = readerSize
-
-// rconn is one connection to Redis, shared by every check in flight on it.
-// Safe for concurrent use. The write lock orders calls; mu guards the
-// queue and the reading role.
-type rconn struct {
-	nc net.Conn
-	br *bufio.Reader // read only by the reader
-
-	part []byte // a reply line read in part (reader only)
-
-	wmu        sync.Mutex // held while a call is queued and written (but see solo)
-	wbuf       []byte     // guarded by wmu
-	sbuf       []byte     // solo's own, guarded by mu
-	writeUntil int64      // monotonic ns until which the write deadline set leaves a write budget (solo); 0: set it
-
-	mu        sync.Mutex
-	queue     []*call       // written, reply not yet read, in stream order
-	reading   bool          // a check holds the reading role
-	dead      error         // not nil once the stream is unusable
-	inflight  int64         // len(queue), read atomically by the pool; deadLoad once dead
-	solo      call          // the call of a check alone on the connection (solo)
-	mixed     bool          // calls with different timeouts were written on it
-	readUntil int64         // the reader's read deadline, monotonic ns
-	timeout   time.Duration // the timeout of the calls written so far
-	used      int64         // monotonic ns when the pool last handed it out (guarded by the pool's mu)
-	born      int64         // monotonic ns when it joined the pool
-	epoch     int64         // the pool's epoch when it last proved good (guarded by the pool's mu; stale.go)
-	id        int64         // its CLIENT ID; 0: unknown (set before it joins the pool)
-	run       string        // its server's run_id; "": unknown (set before it joins the pool)
-}
-
-// call is one request on a connection and, once done, its reply line (a
-// status line: the decision, +PONG, +OK) or its error. Fields are guarded
-// by the connection's mu; line and err are read by the caller once done.
-type call struct {
-	sent     int64 // monotonic ns (internal/clock) when its write returned; 0 until then
-	timeout  int64 // ns: its budget, from sent or from the reply before it
-	deadline int64 // monotonic ns; 0 until written
-	line     []byte
-	err      error
-	done     bool
-	waiting  bool          // its check sleeps on wake
-	wake     chan struct{} // capacity 1: one send per sleep
-}
-
-func newConn(nc net.Conn) *rconn {
-	return &rconn{nc: nc, br: bufio.NewReaderSize(nc, readerSize), wbuf: make([]byte, 0, 256)}
-}
-
-// calls recycles calls (and their channels): a check takes one and gives
-// it back once done and out of its connection's queue (releaseCall).
-var calls = sync.Pool{New: func() interface{} { return &call{wake: make(chan struct{}, 1)} }}
-
-func newCall() *call { return calls.Get().(*call) }
-
-// releaseCall gives cl back for reuse: only a call that was answered (its
-// reply read, so out of the queue) and whose check is done with it.
-func releaseCall(cl *call) {
-	wake := cl.wake
-	line := cl.line[:0]
-	*cl = call{}
-	cl.wake = wake
-	cl.line = line
-	calls.Put(cl)
-}
-
-// finish completes cl and wakes its check. Requires cn.mu held.
-func finish(cl *call, line []byte, err error) {
-	if cl.done {
-		return
-	}
-	cl.line = append(cl.line[:0], line...)
-	cl.err, cl.done = err, true
-	wake(cl)
-}
-
-// wake wakes cl's check if it sleeps. Requires cn.mu held.
-func wake(cl *call) {
-	if cl.waiting {
-		cl.waiting = false
-		cl.wake <- struct{}{}
-	}
-}
 
 // send queues and writes pre (when not nil) and cl in one write: prefix,
 // then the call that starts with head for key (cmd nil: prefix alone).
@@ -232,7 +129,7 @@ func (cn *rconn) sent(pre, cl *call) {
 
 // solo is the common case, a check on an idle connection, written for the
 // interpreter's cost model (the caller's hot path): it writes its call
-// (cn.solo: nothing to allocate), reads its reply as the reader and
+// (cn.soloCall: nothing to allocate), reads its reply as the reader and
 // decodes it into d, in this frame and decode's. It reports false, doing
 // nothing, when the connection is busy or dead (the caller then goes the
 // shared way).
@@ -241,7 +138,7 @@ func (cn *rconn) sent(pre, cl *call) {
 // (send) that holds wmu waits for mu to queue its call behind this one,
 // and the stream keeps the queue's order. The write deadline is set only
 // when the last one set is less than a write budget away (writeUntil).
-// The decision is decoded before the lock is released: cn.solo is the
+// The decision is decoded before the lock is released: cn.soloCall is the
 // next check's once the queue is empty.
 func solo(cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration, wall func() time.Time) (bool, error) {
 	cn.mu.Lock()
@@ -249,7 +146,7 @@ func solo(cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration,
 		cn.mu.Unlock()
 		return false, nil
 	}
-	cl := &cn.solo
+	cl := &cn.soloCall
 	cl.done = false
 	cl.err = nil
 	cn.queue = append(cn.queue, cl)
@@ -319,7 +216,7 @@ func (cn *rconn) writeFailed(cl *call) error {
 // error, another reply, calls queued behind it. Requires cn.mu held;
 // releases it.
 func (cn *rconn) soloRest(line []byte, err error, d []int64) error {
-	cl := &cn.solo
+	cl := &cn.soloCall
 	if cn.dead == nil && (err != nil || len(cn.part) > 0) {
 		// A read that timed out, failed, or ends a line begun before:
 		// readLine's rest, without the lock (cn.reading is ours).
