@@ -317,3 +317,107 @@ func (b *backend) stats() backendStats {
 		Breaker:   b.breaker.isOpen(),
 	}
 }
+
+// heartbeatFor returns the class's heartbeat on this backend, creating it
+// on first use.
+func (b *backend) heartbeatFor(class string, now int64) *heartbeat {
+	b.beatsMu.Lock()
+	defer b.beatsMu.Unlock()
+	if hb, ok := b.beats[class]; ok {
+		return hb
+	}
+	if len(b.beats) >= maxHeartbeats {
+		for k, hb := range b.beats {
+			if now-atomic.LoadInt64(&hb.last) > int64(time.Hour) {
+				delete(b.beats, k)
+			}
+		}
+	}
+	hb := &heartbeat{key: "tg{hb:" + class + "}"}
+	if b.beats == nil {
+		b.beats = make(map[string]*heartbeat)
+	}
+	b.beats[class] = hb
+	return hb
+}
+
+// beat asks for a heartbeat of hb at ns (Unix ns) unless another caller
+// just did, and starts the backend's heartbeat goroutine unless it runs:
+// one goroutine per Redis sends every class asked for in one batch, so
+// many classes cost one connection and one round trip or two.
+func (b *backend) beat(hb *heartbeat, ns int64, o *redisSettings) {
+	last := atomic.LoadInt64(&hb.last)
+	if ns-last < o.heartbeatNS || !atomic.CompareAndSwapInt64(&hb.last, last, ns) {
+		return
+	}
+	atomic.StoreInt64(&hb.ttlMS, 3*o.heartbeatNS/int64(time.Millisecond))
+	atomic.StoreInt32(&hb.due, 1)
+	if atomic.CompareAndSwapInt32(&b.beating, 0, 1) {
+		go b.beatLoop()
+	}
+}
+
+// beatLoop sends the heartbeats asked for until none is left, then ends.
+// A panic (see dialSafe) ends it and lets the next beat start another.
+func (b *backend) beatLoop() {
+	defer func() {
+		_ = recover()
+		atomic.StoreInt32(&b.beating, 0)
+	}()
+	for {
+		batch := b.dueBeats()
+		if len(batch) == 0 {
+			atomic.StoreInt32(&b.beating, 0)
+			// One asked for between dueBeats and the store above would
+			// otherwise wait for the next interval.
+			if !b.anyDue() || !atomic.CompareAndSwapInt32(&b.beating, 0, 1) {
+				return
+			}
+			continue
+		}
+		b.sendBeats(batch)
+	}
+}
+
+// sendBeats sends a batch of heartbeats, to each key's node.
+func (b *backend) sendBeats(batch []*heartbeat) {
+	now := b.now()
+	if b.pool != nil {
+		heartbeatOn(b.pool, batch, now)
+		return
+	}
+	byNode := map[*redis.Pool][]*heartbeat{}
+	for _, hb := range batch {
+		if c := b.rc.NodeFor(hb.key); c != nil {
+			byNode[c] = append(byNode[c], hb)
+		}
+	}
+	for c, hbs := range byNode {
+		heartbeatOn(c, hbs, now)
+	}
+}
+
+// dueBeats takes the heartbeats asked for.
+func (b *backend) dueBeats() []*heartbeat {
+	b.beatsMu.Lock()
+	defer b.beatsMu.Unlock()
+	var batch []*heartbeat
+	for _, hb := range b.beats {
+		if atomic.CompareAndSwapInt32(&hb.due, 1, 0) {
+			batch = append(batch, hb)
+		}
+	}
+	return batch
+}
+
+// anyDue reports whether a heartbeat is asked for.
+func (b *backend) anyDue() bool {
+	b.beatsMu.Lock()
+	defer b.beatsMu.Unlock()
+	for _, hb := range b.beats {
+		if atomic.LoadInt32(&hb.due) == 1 {
+			return true
+		}
+	}
+	return false
+}

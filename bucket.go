@@ -258,8 +258,3 @@ func namesWait(d []int64) bool {
 	}
 	return false
 }
-
-// maxDecisionLine is the longest decision a correct script sends: "+",
-// then 1+3(maxRules+1) numbers of at most 20 characters each, separated
-// by spaces, and CRLF. It fits in redis.MaxLine (TestDecisionFits).
-const maxDecisionLine = 1 + (1+3*(maxRules+1))*21 + 2

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/regions"
 )
@@ -52,120 +51,6 @@ type settings struct {
 	regionPeers []redisSettings   // the peers' Redis, in region.Peers' order
 }
 
-// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
-func validHeaderName(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
-			continue
-		}
-		return false
-	}
-	return s != ""
-}
-
-// parseDuration accepts a Go duration or bare (possibly fractional) seconds,
-// as Traefik's duration fields do.
-func parseDuration(field, s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if f, err := strconv.ParseFloat(s, 64); err == nil || errors.Is(err, strconv.ErrRange) {
-		switch {
-		case f != f: // NaN (ParseFloat reads "NaN" and "Inf" too)
-			return 0, fmt.Errorf("%s: %q is not a number of seconds", field, s)
-		case f < 0:
-			return 0, fmt.Errorf("%s: %q is negative", field, s)
-		case f > 1e9: // Inf included
-			return 0, fmt.Errorf("%s: %q is out of range (at most 1e9 seconds)", field, s)
-		}
-		return time.Duration(f * float64(time.Second)), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %q is not a duration (e.g. 1m, 250ms, or bare seconds)", field, s)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("%s: %q is negative", field, s)
-	}
-	return d, nil
-}
-
-// positiveDuration is parseDuration that also refuses zero.
-func positiveDuration(field, s string) (time.Duration, error) {
-	d, err := parseDuration(field, s)
-	if err == nil && d <= 0 {
-		err = fmt.Errorf("%s: %q must be greater than zero", field, s)
-	}
-	return d, err
-}
-
-func nonNegative(field string, v int64) error {
-	if v < 0 {
-		return fmt.Errorf("%s: %d is negative", field, v)
-	}
-	return nil
-}
-
-func orDefault(v, def int64) int64 {
-	if v == 0 {
-		return def
-	}
-	return v
-}
-
-// failureMode parses "open"/"closed"; "" takes def.
-func failureMode(field, s string, def bool) (bool, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "":
-		return def, nil
-	case "open":
-		return false, nil
-	case "closed":
-		return true, nil
-	}
-	return false, fmt.Errorf("%s: %q is not open or closed", field, s)
-}
-
-// shadowMode parses a rule's shadow ("true"/"false", as strconv reads
-// them); "" takes def.
-func shadowMode(field, s string, def bool) (bool, error) {
-	if s = strings.TrimSpace(s); s == "" {
-		return def, nil
-	}
-	v, err := strconv.ParseBool(s)
-	if err != nil {
-		return false, fmt.Errorf("%s: %q is not true or false", field, s)
-	}
-	return v, nil
-}
-
-// maxMetricsClasses bounds MetricsClasses.
-const maxMetricsClasses = 64
-
-// metricsEndpoint compiles a serveMetrics middleware: its classes
-// (MetricsClasses; nil: every class). It refuses one that also configures
-// a limit: it would apply none.
-func metricsEndpoint(cfg *Config) (*metricsHandler, error) {
-	if err := checkMetricsOnly(cfg); err != nil {
-		return nil, err
-	}
-	h := &metricsHandler{}
-	if len(cfg.MetricsClasses) > maxMetricsClasses {
-		return nil, fmt.Errorf("metricsClasses: %d classes, at most %d are allowed", len(cfg.MetricsClasses), maxMetricsClasses)
-	}
-	for i, c := range cfg.MetricsClasses {
-		c = strings.TrimSpace(c)
-		if err := checkName(fmt.Sprintf("metricsClasses[%d]", i), c); err != nil {
-			return nil, err
-		}
-		if h.classes == nil {
-			h.classes = make(map[string]bool)
-		}
-		h.classes[c] = true
-	}
-	return h, nil
-}
-
 // checkMetricsOnly refuses a serveMetrics middleware that also configures
 // a limit: it would apply none.
 func checkMetricsOnly(cfg *Config) error {
@@ -178,42 +63,6 @@ func checkMetricsOnly(cfg *Config) error {
 		return errors.New("serveMetrics: a metrics endpoint applies no limit, but shadow is set")
 	}
 	return nil
-}
-
-// checkName refuses characters that cannot appear in a header's quoted
-// string or that would make keys ambiguous.
-func checkName(field, s string) error {
-	if s == "" {
-		return fmt.Errorf("%s: a name is required", field)
-	}
-	if len(s) > 64 {
-		return fmt.Errorf("%s: %q is longer than 64 characters", field, s)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || c == '"' || c == '\\' || c == '{' || c == '}' {
-			return fmt.Errorf("%s: %q may hold only printable ASCII without spaces, quotes, backslashes or braces", field, s)
-		}
-	}
-	return nil
-}
-
-// sanitizeName turns a middleware name into a valid class name.
-func sanitizeName(s string) string {
-	b := []byte(s)
-	for i := range b {
-		c := b[i]
-		if c <= ' ' || c >= 0x7f || c == '"' || c == '\\' || c == '{' || c == '}' {
-			b[i] = '_'
-		}
-	}
-	if len(b) > 64 {
-		b = b[:64]
-	}
-	if len(b) == 0 {
-		return "default"
-	}
-	return string(b)
 }
 
 // compile validates cfg and prepares everything ServeHTTP needs.
@@ -399,4 +248,76 @@ var reservedHeaders = map[string]bool{
 // Access-Control-*).
 func reservedHeader(h string) bool {
 	return reservedHeaders[h] || strings.HasPrefix(h, "X-Ratelimit-") || strings.HasPrefix(h, "Access-Control-")
+}
+
+// compilePlans compiles cfg's plans into s (see settings.plans); names
+// holds the rules' names, which a plan may not take.
+func compilePlans(cfg *Config, s *settings, period string, topClosed bool, names map[string]bool) error {
+	s.defaultPlan = -1
+	if len(cfg.Plans) == 0 {
+		switch {
+		case strings.TrimSpace(cfg.PlanHeader) != "":
+			return errors.New("planHeader: set, but there are no plans")
+		case strings.TrimSpace(cfg.DefaultPlan) != "":
+			return errors.New("defaultPlan: set, but there are no plans")
+		}
+		return nil
+	}
+	h := strings.TrimSpace(cfg.PlanHeader)
+	if h == "" {
+		return errors.New("plans: set, but planHeader is not: name the header your authentication layer sets")
+	}
+	if !validHeaderName(h) {
+		return fmt.Errorf("planHeader: %q is not a header name", cfg.PlanHeader)
+	}
+	s.planHeader = http.CanonicalHeaderKey(h)
+	if len(cfg.Plans) > maxPlans {
+		return fmt.Errorf("plans: %d plans, at most %d are allowed", len(cfg.Plans), maxPlans)
+	}
+	s.planIndex = make(map[string]int)
+	for i, pl := range cfg.Plans {
+		field := fmt.Sprintf("plans[%d]", i)
+		if err := checkName(field+".name", pl.Name); err != nil {
+			return err
+		}
+		if _, dup := s.planIndex[pl.Name]; dup || names[pl.Name] || pl.Name == s.class {
+			return fmt.Errorf("%s.name: %q is used twice (plans, rules and the class %q share one namespace)", field, pl.Name, s.class)
+		}
+		s.planIndex[pl.Name] = i
+		if pl.Unlimited {
+			if pl.Average != 0 {
+				return fmt.Errorf("%s: unlimited, but average is %d: set one", field, pl.Average)
+			}
+			var unlimited *policy // (Yaegi: append of an untyped nil panics)
+			s.plans = append(s.plans, unlimited)
+			continue
+		}
+		pp := pl.Period
+		if strings.TrimSpace(pp) == "" {
+			pp = period
+		}
+		p, err := compileLimit(field+".", pl.Average, pp, pl.Burst, orDefault(pl.Cost, orDefault(cfg.Cost, defaultCost)))
+		if err != nil {
+			return err
+		}
+		if p.failClosed, err = failureMode(field+".failureMode", pl.FailureMode, topClosed); err != nil {
+			return err
+		}
+		p.name = pl.Name
+		p.keySuffix = ":" + pl.Name
+		p.shadow = cfg.Shadow
+		s.plans = append(s.plans, p)
+	}
+	if d := strings.TrimSpace(cfg.DefaultPlan); d != "" {
+		i, ok := s.planIndex[d]
+		if !ok {
+			return fmt.Errorf("defaultPlan: %q is not one of the plans", cfg.DefaultPlan)
+		}
+		s.defaultPlan = i
+	} else if cfg.Average <= 0 {
+		// A request without a known plan would pass unlimited: anyone could
+		// send a plan header naming none.
+		return errors.New("plans: a request whose planHeader is missing, repeated or names no plan would not be limited: set defaultPlan (e.g. the lowest plan, or an unlimited one to say so) or a top-level average")
+	}
+	return nil
 }

@@ -31,9 +31,10 @@ const maxDenials = 10000
 type denyCache struct {
 	now    func() int64 // monotonic ns (internal/clock); tests inject their own
 	max    int
-	n      int64  // len(entries), read without the lock by the hot path
-	shadow []bool // by policy: shadow (nil: none is); see remember
-	latest int64  // the end of the latest refusal remembered, monotonic ns (atomic): see watchDeny
+	n      int64      // len(entries), read without the lock by the hot path
+	shadow []bool     // by policy: shadow (nil: none is); see remember
+	latest int64      // the end of the latest refusal remembered, monotonic ns (atomic): see denyWatch
+	watch  *denyWatch // counts its entries for the metrics (the registry's); nil: none
 
 	mu      sync.Mutex // guards entries and last
 	entries map[string]*denial
@@ -128,7 +129,7 @@ func (c *denyCache) remember(key string, d []int64) {
 		c.evict(now)
 	}
 	// Watched by the metrics unless it was, with a refusal still in force
-	// (an expired cache may have been dropped from the watch: watchDeny).
+	// (an expired cache may have been dropped from the watch: denyWatch).
 	watch := len(c.entries) == 0 || atomic.LoadInt64(&c.latest) <= now
 	c.entries[key] = e
 	atomic.StoreInt64(&c.n, int64(len(c.entries)))
@@ -136,8 +137,8 @@ func (c *denyCache) remember(key string, d []int64) {
 		atomic.StoreInt64(&c.latest, e.until)
 	}
 	c.mu.Unlock()
-	if watch {
-		shared.denies.watch(c, now) // after the lock: the watch's comes first (entries)
+	if watch && c.watch != nil {
+		c.watch.watch(c, now) // after the lock: the watch's comes first (entries)
 	}
 }
 
@@ -174,7 +175,7 @@ func (c *denyCache) evict(now int64) {
 }
 
 // denyWatch is the deny caches holding entries, for
-// tollgate_deny_cache_entries (in the registry: shared.denies). Safe for
+// tollgate_deny_cache_entries (the registry's: shared.denies). Safe for
 // concurrent use.
 type denyWatch struct {
 	mu     sync.Mutex

@@ -8,8 +8,10 @@ package tollgate
 
 import (
 	"bufio"
+	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -93,28 +95,6 @@ func oneIf(v bool) int64 {
 // replaced, say) no longer shows in the gauges (breaker, connections).
 const gaugeIdle = time.Minute
 
-// addCounters adds b's counters to row.
-func addCounters(row *metrics.RedisRow, b *backend) {
-	row.Add(&b.metrics)
-	row.Opened += atomic.LoadInt64(&b.breaker.opened)
-	row.Closed += atomic.LoadInt64(&b.breaker.closed)
-}
-
-// retire keeps the counters of b, which the registry forgets, under its
-// name, so that the name's totals never go down. Requires r.mu held.
-func (r *registry) retire(b *backend) {
-	name := b.latest().name
-	row := r.retired[name]
-	if row == nil {
-		if len(r.retired) >= metrics.MaxPolicies {
-			return
-		}
-		row = &metrics.RedisRow{Name: name}
-		r.retired[name] = row
-	}
-	addCounters(row, b)
-}
-
 // redisRows are the figures of each Redis name, sorted: the counters of
 // every backend that had it (those forgotten included: retire), the gauges
 // of those with a check within gaugeIdle.
@@ -158,4 +138,31 @@ func (r *registry) redisRows(now int64) []*metrics.RedisRow {
 		out[i] = rows[n]
 	}
 	return out
+}
+
+// maxMetricsClasses bounds MetricsClasses.
+const maxMetricsClasses = 64
+
+// metricsEndpoint compiles a serveMetrics middleware: its classes
+// (MetricsClasses; nil: every class). It refuses one that also configures
+// a limit: it would apply none.
+func metricsEndpoint(cfg *Config) (*metricsHandler, error) {
+	if err := checkMetricsOnly(cfg); err != nil {
+		return nil, err
+	}
+	h := &metricsHandler{}
+	if len(cfg.MetricsClasses) > maxMetricsClasses {
+		return nil, fmt.Errorf("metricsClasses: %d classes, at most %d are allowed", len(cfg.MetricsClasses), maxMetricsClasses)
+	}
+	for i, c := range cfg.MetricsClasses {
+		c = strings.TrimSpace(c)
+		if err := checkName(fmt.Sprintf("metricsClasses[%d]", i), c); err != nil {
+			return nil, err
+		}
+		if h.classes == nil {
+			h.classes = make(map[string]bool)
+		}
+		h.classes[c] = true
+	}
+	return h, nil
 }

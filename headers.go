@@ -23,15 +23,6 @@ const (
 	problemCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
 )
 
-// policyHeader is the RateLimit-Policy value of ps.
-func policyHeader(ps []*policy) string {
-	items := make([]string, len(ps))
-	for i, p := range ps {
-		items[i] = `"` + p.name + `";q=` + strconv.FormatInt(p.average, 10) + ";w=" + strconv.FormatInt(p.periodSecs, 10)
-	}
-	return strings.Join(items, ", ")
-}
-
 // ceilSecs converts ms to whole seconds, rounding up.
 func ceilSecs(ms int64) int64 {
 	if ms <= 0 {

@@ -23,6 +23,8 @@ const (
 	// at: the work of a take does not grow with the store. (Each entry
 	// looked at costs about 0.3 µs under Yaegi.)
 	evictLook = 16
+	// maxLocalBuckets bounds the buckets of one class store.
+	maxLocalBuckets = 100000
 	// maxLocalStores bounds the class stores (see localStores).
 	maxLocalStores = 64
 	// localStoreIdle is how long a class store must go unused (no take, no

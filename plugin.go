@@ -23,44 +23,10 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/tollgate-dev/tollgate/internal/clock"
-	"github.com/tollgate-dev/tollgate/internal/metrics"
-	"github.com/tollgate-dev/tollgate/internal/regions"
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
-
-// Tollgate is the middleware handler built by New.
-//
-// Model: each request belongs to a client (sourceCriterion) and takes cost
-// tokens from the client's bucket of the class (average tokens per period,
-// at most burst; its plan's, with plans) and from the bucket of every rule
-// it matches (under the rule's own identity, when it has one), all or
-// nothing, in Redis on Redis's clock; the buckets are shared by every
-// replica and every router of the class. Without a top-level limit and with
-// no matching rule a request passes untouched; so does a client in
-// exemptSourceRange.
-//
-// Safe for concurrent use. A Tollgate owns nothing that needs closing: its
-// Redis pool, breaker and fallback buckets belong to the registry, so
-// Traefik may drop it at any reload. Invariant: ServeHTTP calls next with
-// the ResponseWriter it was given (never a wrapper), or answers itself.
-type Tollgate struct {
-	next  http.Handler
-	set   *settings
-	be    *backend
-	local *localBuckets
-	top   *policySet     // the set when no rule matches; nil without a top-level limit
-	hb    *heartbeat     // the class's pod count; nil with the heartbeat off
-	notes *regions.Notes // where requests note keys for the region exchange; nil without regions (internal/regions)
-	plain bool           // ServeHTTP's common case applies: top alone, plain (see policySet)
-
-	mu   sync.Mutex // guards sets
-	sets map[uint64]*policySet
-}
 
 // New builds the middleware. It validates and compiles cfg; it dials nothing.
 func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.Handler, error) {
@@ -179,177 +145,51 @@ const (
 	hdrRateLimit = "Ratelimit"
 )
 
-// answer is ServeHTTP after decision d over set, decided how, for every
-// case (ServeHTTP does the common one itself): a refusal (from Redis, the
-// deny cache or the fallback), a 503, any headers.
-func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policySet, d []int64, how int) {
-	if set.shadow && (how == decidedUnavailable || d[0] != 1) && shadowOnly(set, d, how) {
-		t.passShadow(rw, req, set, d, how)
-		return
-	}
-	count(set, d, how)
-	if t.set.decision != "" {
-		rw.Header()[t.set.decision] = decisionValues[how]
-	}
-	if how == decidedUnavailable {
-		t.refuseUnavailable(rw, set)
-		return
-	}
-	if t.set.headers != 0 {
-		setHeaders(rw.Header(), t.set.headers, set, d)
-	}
-	if d[0] != 1 {
-		writeQuotaExceeded(rw, set, d)
-		return
-	}
-	t.next.ServeHTTP(rw, req)
-}
-
-// refuseUnavailable answers 503 when Redis is unavailable and a policy fails
-// closed.
-func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
-	atomic.AddInt64(&t.be.closed, 1)
-	writeUnavailable(rw, set, t.unavailableHeaders(rw, set))
-}
-
-// unavailableHeaders sets the headers of a request decided unavailable
-// and returns the retry time, in seconds.
-func (t *Tollgate) unavailableHeaders(rw http.ResponseWriter, set *policySet) int64 {
-	retry := ceilSecs(t.set.redis.probeNS / 1e6)
-	if t.set.headers&headersIETF != 0 {
-		// No budget is known; r=0 with the retry time keeps "every
-		// response carries RateLimit" true and tells SDKs to pause.
-		rw.Header().Set("RateLimit-Policy", set.policyHeader)
-		items := make([]string, len(set.ps))
-		for i := range set.ps {
-			items[i] = set.quoted[i] + ";r=0;t=" + strconv.FormatInt(retry, 10)
+// policiesFor returns the policy set that applies to req, or nil: the
+// top level's (or the request's plan's) and every rule that matches. Sets
+// are prepared once per combination (the rules' bits, the plan above them).
+func (t *Tollgate) policiesFor(req *http.Request) *policySet {
+	var mask, bit uint64 = 0, 1
+	for _, r := range t.set.rules {
+		if r.matches(req) {
+			mask |= bit
 		}
-		rw.Header().Set("RateLimit", strings.Join(items, ", "))
+		bit <<= 1
 	}
-	return retry
-}
-
-// How a request was decided (DecisionHeader).
-const (
-	decidedRedis       = metrics.ByRedis
-	decidedLocal       = metrics.ByLocal
-	decidedUnavailable = metrics.ByUnavailable
-	decidedCache       = metrics.ByCache // a refusal from Redis still in force (denycache.go)
-)
-
-// decisionValues are the DecisionHeader values by decision, assigned to the
-// header map as they are (each has no spare capacity: an append copies).
-var decisionValues = [...][]string{{"redis"}, {"local"}, {"unavailable"}, {"cache"}}
-
-// shadowValues are decisionValues for a request that shadow policies alone
-// would have refused, let through.
-var shadowValues = [...][]string{{"redis;shadow"}, {"local;shadow"}, {"unavailable;shadow"}, {"cache;shadow"}}
-
-// decide charges the request's buckets into decision d: in Redis (under
-// the client's key, or one of its shards' when sharded), or, when Redis is
-// unavailable, in the local fallback (failure policy: see fallback.go). A
-// refusal still in force is answered from the deny cache, and one from
-// Redis is remembered there. It returns decidedUnavailable when Redis is
-// unavailable and a policy fails closed.
-func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
-	v := req.Header[t.set.source.header]
-	if !t.set.byHeader || len(v) == 0 || v[0] == "" {
-		return decideAny(t, set, req, d)
-	}
-	key := hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])
-	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(key, d) {
-		if t.notes != nil {
-			noteRegion(t.notes, set.ps, key, d, true)
-		}
-		return decidedCache
-	}
-	if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
-		return fallback(t, set, key, d)
-	}
-	if d[0] != 1 {
-		set.denied.remember(key, d)
-	}
-	if t.notes != nil && (d[0] != 1 || d[1] == 0 || len(set.ps) > 1) { // pressing: note's test, one policy's inlined
-		noteRegion(t.notes, set.ps, key, d, false)
-	}
-	return decidedRedis
-}
-
-// decideAny is decide for any client identity, sharded or not.
-func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
-	key := clientKey(t.set.class, t.set.source.identity(req))
-	rkey := key
-	if t.set.shards > 1 {
-		rkey = t.set.shardKey(key)
-	}
-	call := rkey // the keys as the call writes them
-	if set.ownKeys {
-		if set.groups != nil {
-			return decideGroups(t, set, req, d)
-		}
-		call = ownCall(t, set, req, rkey)
-	}
-	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(call, d) {
-		if t.notes != nil && !set.ownKeys {
-			noteRegion(t.notes, set.ps, rkey, d, true)
-		}
-		return decidedCache
-	}
-	if redisCheck(t.be, set.cmd, call, d, &t.set.redis, t.hb) != nil {
-		if set.ownKeys {
-			return fallbackOwn(t, set, req, key, d)
-		}
-		return fallback(t, set, key, d)
-	}
-	if t.notes != nil && !set.ownKeys && (d[0] != 1 || d[1] == 0 || len(set.ps) > 1) {
-		noteRegion(t.notes, set.ps, rkey, d, false) // before scaleRemaining: a shard's own tokens
-	}
-	if t.set.shards > 1 {
-		scaleRemaining(set, d, t.set.shards)
-	}
-	if d[0] != 1 {
-		set.denied.remember(call, d)
-	}
-	return decidedRedis
-}
-
-// scaleRemaining turns a shard's remaining tokens into the client's
-// estimate: shards x the shard's (all shards are alike on average), for
-// every policy but a rule keyed its own way (never sharded).
-func scaleRemaining(set *policySet, d []int64, shards int64) {
-	for i, p := range set.ps {
-		if p.source == nil {
-			d[1+3*i] *= shards
+	top := t.set.top
+	if t.set.plans != nil {
+		if pi := t.set.planOf(req); pi >= 0 {
+			top = t.set.plans[pi] // nil: unlimited
+			mask |= uint64(pi+1) << maxRules
 		}
 	}
-}
-
-// fallback decides without Redis: 503 (decidedUnavailable) when a policy
-// fails closed, else the local buckets decide, with the limits shared by
-// the pods seen (heartbeat.go). A plain function, its cold parts out of
-// line (see ServeHTTP).
-func fallback(t *Tollgate, set *policySet, key string, d []int64) int {
-	if set.failClosed {
-		return decidedUnavailable // counted as a 503 by refuseUnavailable
+	if mask == 0 {
+		return t.top
 	}
-	keys := []string{key + set.ps[0].keySuffix}
-	if len(set.ps) > 1 {
-		keys = set.localKeys(key)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s, ok := t.sets[mask]; ok {
+		return s
 	}
-	return takeLocal(t, set, keys, d)
-}
-
-// takeLocal is the fallback's take: the local buckets of keys, one per
-// policy of set, with the limits shared by the pods seen.
-func takeLocal(t *Tollgate, set *policySet, keys []string, d []int64) int {
-	atomic.AddInt64(&t.be.fallbacks, 1)
-	n := replicasSeen(t.hb, t.set.replicas, int64(time.Since(clock.Start))+clock.Origin)
-	set.localsMu.Lock()
-	if set.localsN != n || set.locals == nil {
-		set.shareLocals(n)
+	var ps []*policy
+	if top != nil {
+		ps = append(ps, top)
 	}
-	lims := set.locals
-	set.localsMu.Unlock()
-	t.local.take(keys, lims, d)
-	return decidedLocal
+	bit = 1
+	for _, r := range t.set.rules {
+		if mask&bit != 0 {
+			ps = append(ps, r)
+		}
+		bit <<= 1
+	}
+	if len(ps) == 0 { // an unlimited plan, no rule
+		t.sets[mask] = nil
+		return nil
+	}
+	s := withHeaders(newPolicySet(ps, t.set.keyLen), t.set.headers)
+	if s.ownKeys && t.set.redis.mode == redis.Cluster {
+		withGroups(s, t.set.keyLen)
+	}
+	t.sets[mask] = s
+	return s
 }

@@ -5,7 +5,6 @@ package tollgate
 // plans, and the rules' methods.
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -110,78 +109,6 @@ func (p *policy) localShare(replicas int64) limit {
 // maxPlans bounds Plans.
 const maxPlans = 64
 
-// compilePlans compiles cfg's plans into s (see settings.plans); names
-// holds the rules' names, which a plan may not take.
-func compilePlans(cfg *Config, s *settings, period string, topClosed bool, names map[string]bool) error {
-	s.defaultPlan = -1
-	if len(cfg.Plans) == 0 {
-		switch {
-		case strings.TrimSpace(cfg.PlanHeader) != "":
-			return errors.New("planHeader: set, but there are no plans")
-		case strings.TrimSpace(cfg.DefaultPlan) != "":
-			return errors.New("defaultPlan: set, but there are no plans")
-		}
-		return nil
-	}
-	h := strings.TrimSpace(cfg.PlanHeader)
-	if h == "" {
-		return errors.New("plans: set, but planHeader is not: name the header your authentication layer sets")
-	}
-	if !validHeaderName(h) {
-		return fmt.Errorf("planHeader: %q is not a header name", cfg.PlanHeader)
-	}
-	s.planHeader = http.CanonicalHeaderKey(h)
-	if len(cfg.Plans) > maxPlans {
-		return fmt.Errorf("plans: %d plans, at most %d are allowed", len(cfg.Plans), maxPlans)
-	}
-	s.planIndex = make(map[string]int)
-	for i, pl := range cfg.Plans {
-		field := fmt.Sprintf("plans[%d]", i)
-		if err := checkName(field+".name", pl.Name); err != nil {
-			return err
-		}
-		if _, dup := s.planIndex[pl.Name]; dup || names[pl.Name] || pl.Name == s.class {
-			return fmt.Errorf("%s.name: %q is used twice (plans, rules and the class %q share one namespace)", field, pl.Name, s.class)
-		}
-		s.planIndex[pl.Name] = i
-		if pl.Unlimited {
-			if pl.Average != 0 {
-				return fmt.Errorf("%s: unlimited, but average is %d: set one", field, pl.Average)
-			}
-			var unlimited *policy // (Yaegi: append of an untyped nil panics)
-			s.plans = append(s.plans, unlimited)
-			continue
-		}
-		pp := pl.Period
-		if strings.TrimSpace(pp) == "" {
-			pp = period
-		}
-		p, err := compileLimit(field+".", pl.Average, pp, pl.Burst, orDefault(pl.Cost, orDefault(cfg.Cost, defaultCost)))
-		if err != nil {
-			return err
-		}
-		if p.failClosed, err = failureMode(field+".failureMode", pl.FailureMode, topClosed); err != nil {
-			return err
-		}
-		p.name = pl.Name
-		p.keySuffix = ":" + pl.Name
-		p.shadow = cfg.Shadow
-		s.plans = append(s.plans, p)
-	}
-	if d := strings.TrimSpace(cfg.DefaultPlan); d != "" {
-		i, ok := s.planIndex[d]
-		if !ok {
-			return fmt.Errorf("defaultPlan: %q is not one of the plans", cfg.DefaultPlan)
-		}
-		s.defaultPlan = i
-	} else if cfg.Average <= 0 {
-		// A request without a known plan would pass unlimited: anyone could
-		// send a plan header naming none.
-		return errors.New("plans: a request whose planHeader is missing, repeated or names no plan would not be limited: set defaultPlan (e.g. the lowest plan, or an unlimited one to say so) or a top-level average")
-	}
-	return nil
-}
-
 // compileMethods upper-cases a rule's methods (requests are matched
 // case-insensitively) and adds HEAD to a GET rule: HTTP defines HEAD as
 // GET without the body, so a limit on GET that HEAD could dodge would be
@@ -235,4 +162,28 @@ func abs64(v int64) int64 {
 		return -v
 	}
 	return v
+}
+
+// ppm: a region's share of a limit is in parts per million.
+const ppm = 1000000
+
+// maxDecisionLine is the longest decision a correct script sends: "+",
+// then 1+3(maxRules+1) numbers of at most 20 characters each, separated
+// by spaces, and CRLF. It fits in redis.MaxLine (TestDecisionFits).
+const maxDecisionLine = 1 + (1+3*(maxRules+1))*21 + 2
+
+// matches reports whether a rule applies to req.
+func (p *policy) matches(req *http.Request) bool {
+	if !strings.HasPrefix(req.URL.Path, p.pathPrefix) {
+		return false
+	}
+	if len(p.methods) == 0 {
+		return true
+	}
+	for _, m := range p.methods {
+		if strings.EqualFold(m, req.Method) {
+			return true
+		}
+	}
+	return false
 }

@@ -6,6 +6,7 @@ package tollgate
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -65,6 +66,7 @@ type policySet struct {
 // withHeaders).
 func newPolicySet(ps []*policy, keyLen int) *policySet {
 	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps)), denied: newDenyCache(maxDenials)}
+	s.denied.watch = shared.denies
 	var enforce []*policy
 	for _, p := range ps {
 		s.quoted = append(s.quoted, `"`+p.name+`"`)
@@ -84,7 +86,7 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 		s.cmd = s.cmd.Whole()
 	}
 	m := ps[0].m
-	s.admitted = [2]*int64{&m.N[decidedRedis*metrics.NResults+metrics.Allowed], &m.N[decidedLocal*metrics.NResults+metrics.Allowed]}
+	s.admitted = [2]*int64{&m.N[metrics.ByRedis*metrics.NResults+metrics.Allowed], &m.N[metrics.ByLocal*metrics.NResults+metrics.Allowed]}
 	s.nearBelow = (int64(ps[0].lim.burst) + 4) / 5
 	if s.shadow {
 		for _, p := range ps {
@@ -122,71 +124,6 @@ func (s *policySet) shareLocals(n int64) {
 	s.localsN = n
 }
 
-// policiesFor returns the policy set that applies to req, or nil: the
-// top level's (or the request's plan's) and every rule that matches. Sets
-// are prepared once per combination (the rules' bits, the plan above them).
-func (t *Tollgate) policiesFor(req *http.Request) *policySet {
-	var mask, bit uint64 = 0, 1
-	for _, r := range t.set.rules {
-		if r.matches(req) {
-			mask |= bit
-		}
-		bit <<= 1
-	}
-	top := t.set.top
-	if t.set.plans != nil {
-		if pi := t.set.planOf(req); pi >= 0 {
-			top = t.set.plans[pi] // nil: unlimited
-			mask |= uint64(pi+1) << maxRules
-		}
-	}
-	if mask == 0 {
-		return t.top
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if s, ok := t.sets[mask]; ok {
-		return s
-	}
-	var ps []*policy
-	if top != nil {
-		ps = append(ps, top)
-	}
-	bit = 1
-	for _, r := range t.set.rules {
-		if mask&bit != 0 {
-			ps = append(ps, r)
-		}
-		bit <<= 1
-	}
-	if len(ps) == 0 { // an unlimited plan, no rule
-		t.sets[mask] = nil
-		return nil
-	}
-	s := withHeaders(newPolicySet(ps, t.set.keyLen), t.set.headers)
-	if s.ownKeys && t.set.redis.mode == redis.Cluster {
-		withGroups(s, t.set.keyLen)
-	}
-	t.sets[mask] = s
-	return s
-}
-
-// matches reports whether a rule applies to req.
-func (p *policy) matches(req *http.Request) bool {
-	if !strings.HasPrefix(req.URL.Path, p.pathPrefix) {
-		return false
-	}
-	if len(p.methods) == 0 {
-		return true
-	}
-	for _, m := range p.methods {
-		if strings.EqualFold(m, req.Method) {
-			return true
-		}
-	}
-	return false
-}
-
 // localKeys returns the local bucket keys of the client key: one per
 // policy.
 func (s *policySet) localKeys(key string) []string {
@@ -195,4 +132,60 @@ func (s *policySet) localKeys(key string) []string {
 		keys[i] = key + p.keySuffix
 	}
 	return keys
+}
+
+// planOf returns the index of req's plan in s.plans: the plan planHeader
+// names, when it is exactly one known plan name, else defaultPlan (-1:
+// the top level). An unknown value is never an error to the client, and
+// never a key or a label of its own.
+func (s *settings) planOf(req *http.Request) int {
+	if v := req.Header[s.planHeader]; len(v) == 1 {
+		if i, ok := s.planIndex[v[0]]; ok {
+			return i
+		}
+	}
+	return s.defaultPlan
+}
+
+// withGroups splits s, a set with rules keyed their own way, into groups
+// for a Redis Cluster: one script's keys must share a slot, and keys of
+// different identities hash to different slots. A group holds the
+// policies of one identity (the top level's first, then each rule's) and
+// one kind, enforcing or shadow: an enforcing policy's charge never hangs
+// on a shadow one's in the same script.
+func withGroups(s *policySet, keyLen int) {
+	for _, shadow := range []bool{false, true} {
+		var top []*policy
+		var topPos []int
+		for i, p := range s.ps {
+			if p.source == nil && p.shadow == shadow {
+				top = append(top, p)
+				topPos = append(topPos, i)
+			}
+		}
+		if len(top) > 0 {
+			s.groups = append(s.groups, newPolicySet(top, keyLen))
+			s.groupPos = append(s.groupPos, topPos)
+		}
+	}
+	// (Appended one by one, never prepended: Yaegi's test mode cannot
+	// compile a slice literal of a type that holds a slice of itself.)
+	for i, p := range s.ps {
+		if p.source != nil {
+			s.groups = append(s.groups, newPolicySet([]*policy{p}, keyLen))
+			s.groupPos = append(s.groupPos, []int{i})
+		}
+	}
+	if s.enforce != nil && s.enforce.ownKeys {
+		withGroups(s.enforce, keyLen)
+	}
+}
+
+// policyHeader is the RateLimit-Policy value of ps.
+func policyHeader(ps []*policy) string {
+	items := make([]string, len(ps))
+	for i, p := range ps {
+		items[i] = `"` + p.name + `";q=` + strconv.FormatInt(p.average, 10) + ";w=" + strconv.FormatInt(p.periodSecs, 10)
+	}
+	return strings.Join(items, ", ")
 }

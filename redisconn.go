@@ -5,6 +5,10 @@ package tollgate
 // backend's breaker and logs, and the bucket script's prepared call.
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
 	"strconv"
 
 	"github.com/tollgate-dev/tollgate/internal/redis"
@@ -68,4 +72,41 @@ func newCommand(ps []*policy, keyLen int) *redis.Command {
 		}
 	}
 	return redis.NewCommand(bucket, lens, suffixes, args)
+}
+
+// tlsConfig builds the TLS configuration of set: the server verified by
+// set.addr's host against tls.ca, or the system's roots when ca is empty,
+// and the client certificate when cert and key are set.
+func tlsConfig(set redisSettings) (*tls.Config, error) {
+	conf := &tls.Config{InsecureSkipVerify: set.tls.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
+	if host, _, err := net.SplitHostPort(set.addr); err == nil {
+		conf.ServerName = host
+	}
+	if set.tls.CA != "" {
+		pem, err := readConfigFile("redis.tls.ca", set.tls.CA, maxPEMFile)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("redis.tls.ca: %q holds no PEM certificate", set.tls.CA)
+		}
+		conf.RootCAs = pool
+	}
+	if set.tls.Cert != "" {
+		cert, err := readConfigFile("redis.tls.cert", set.tls.Cert, maxPEMFile)
+		if err != nil {
+			return nil, err
+		}
+		key, err := readConfigFile("redis.tls.key", set.tls.Key, maxPEMFile)
+		if err != nil {
+			return nil, err
+		}
+		pair, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("redis.tls.cert/key: loading %q and %q: %w", set.tls.Cert, set.tls.Key, err)
+		}
+		conf.Certificates = []tls.Certificate{pair}
+	}
+	return conf, nil
 }

@@ -163,14 +163,3 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 	r.probeNS = int64(r.probeInterval)
 	return r, nil
 }
-
-// printable reports whether s holds printable ASCII without spaces: an
-// address goes into logs, where a line break would forge a line.
-func printable(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] > '~' {
-			return false
-		}
-	}
-	return true
-}

@@ -21,7 +21,6 @@ const (
 	minInterval        = 100 * time.Millisecond
 	maxInterval        = time.Hour
 	defaultPeerTimeout = "1s"
-	ppm                = 1000000 // shares are in parts per million
 )
 
 // compileRegion validates c (nil: no region) against this region's own

@@ -38,10 +38,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/regions"
 )
 
-const (
-	maxLocalBuckets = 100000
-	backendIdle     = 10 * time.Minute
-)
+const backendIdle = 10 * time.Minute
 
 // registry holds the shared resources.
 type registry struct {
@@ -190,3 +187,25 @@ func (r *registry) exchangerFor(rs *regions.Settings, peers []redisSettings, own
 
 // maxExchangers bounds the region exchanges a process runs.
 const maxExchangers = 16
+
+// addCounters adds b's counters to row.
+func addCounters(row *metrics.RedisRow, b *backend) {
+	row.Add(&b.metrics)
+	row.Opened += atomic.LoadInt64(&b.breaker.opened)
+	row.Closed += atomic.LoadInt64(&b.breaker.closed)
+}
+
+// retire keeps the counters of b, which the registry forgets, under its
+// name, so that the name's totals never go down. Requires r.mu held.
+func (r *registry) retire(b *backend) {
+	name := b.latest().name
+	row := r.retired[name]
+	if row == nil {
+		if len(r.retired) >= metrics.MaxPolicies {
+			return
+		}
+		row = &metrics.RedisRow{Name: name}
+		r.retired[name] = row
+	}
+	addCounters(row, b)
+}

@@ -16,11 +16,8 @@ package tollgate
 // /var/run/secrets/tokens) to a listener of its choosing.
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,41 +172,4 @@ func within(path, dir string) bool {
 		return true
 	}
 	return path == dir || strings.HasPrefix(path, dir+"/")
-}
-
-// tlsConfig builds the TLS configuration of set: the server verified by
-// set.addr's host against tls.ca, or the system's roots when ca is empty,
-// and the client certificate when cert and key are set.
-func tlsConfig(set redisSettings) (*tls.Config, error) {
-	conf := &tls.Config{InsecureSkipVerify: set.tls.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
-	if host, _, err := net.SplitHostPort(set.addr); err == nil {
-		conf.ServerName = host
-	}
-	if set.tls.CA != "" {
-		pem, err := readConfigFile("redis.tls.ca", set.tls.CA, maxPEMFile)
-		if err != nil {
-			return nil, err
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("redis.tls.ca: %q holds no PEM certificate", set.tls.CA)
-		}
-		conf.RootCAs = pool
-	}
-	if set.tls.Cert != "" {
-		cert, err := readConfigFile("redis.tls.cert", set.tls.Cert, maxPEMFile)
-		if err != nil {
-			return nil, err
-		}
-		key, err := readConfigFile("redis.tls.key", set.tls.Key, maxPEMFile)
-		if err != nil {
-			return nil, err
-		}
-		pair, err := tls.X509KeyPair(cert, key)
-		if err != nil {
-			return nil, fmt.Errorf("redis.tls.cert/key: loading %q and %q: %w", set.tls.Cert, set.tls.Key, err)
-		}
-		conf.Certificates = []tls.Certificate{pair}
-	}
-	return conf, nil
 }

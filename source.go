@@ -9,10 +9,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"math/rand"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 )
 
@@ -224,15 +222,4 @@ func clientKey(class, identity string) string {
 func hashKey(classAndIdentity string) string {
 	sum := sha256.Sum256([]byte(classAndIdentity))
 	return keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}"
-}
-
-// shardKey returns the key of one of the client's sub-buckets, picked at
-// random: the shard number, fixed width, inside the hash tag, so that
-// shards spread over Redis Cluster slots (tg{tag:07}).
-func (s *settings) shardKey(key string) string {
-	n := strconv.Itoa(rand.Intn(int(s.shards)))
-	for len(n) < s.digits {
-		n = "0" + n
-	}
-	return key[:len(key)-1] + ":" + n + "}"
 }

@@ -1,5 +1,8 @@
 package tollgate
 
+// Answering a decision: the headers, a 429 or a 503, or a refusal by
+// shadow policies alone let through.
+//
 // Shadow mode (Config.Shadow, Rule.Shadow): a shadow policy is checked and
 // charged exactly as an enforcing one, and the headers say what enforcing
 // would, but a request that shadow policies alone refuse passes. It is
@@ -12,12 +15,72 @@ package tollgate
 import (
 	"log"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 )
+
+// answer is ServeHTTP after decision d over set, decided how, for every
+// case (ServeHTTP does the common one itself): a refusal (from Redis, the
+// deny cache or the fallback), a 503, any headers.
+func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policySet, d []int64, how int) {
+	if set.shadow && (how == decidedUnavailable || d[0] != 1) && shadowOnly(set, d, how) {
+		t.passShadow(rw, req, set, d, how)
+		return
+	}
+	count(set, d, how)
+	if t.set.decision != "" {
+		rw.Header()[t.set.decision] = decisionValues[how]
+	}
+	if how == decidedUnavailable {
+		t.refuseUnavailable(rw, set)
+		return
+	}
+	if t.set.headers != 0 {
+		setHeaders(rw.Header(), t.set.headers, set, d)
+	}
+	if d[0] != 1 {
+		writeQuotaExceeded(rw, set, d)
+		return
+	}
+	t.next.ServeHTTP(rw, req)
+}
+
+// refuseUnavailable answers 503 when Redis is unavailable and a policy fails
+// closed.
+func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
+	atomic.AddInt64(&t.be.closed, 1)
+	writeUnavailable(rw, set, t.unavailableHeaders(rw, set))
+}
+
+// unavailableHeaders sets the headers of a request decided unavailable
+// and returns the retry time, in seconds.
+func (t *Tollgate) unavailableHeaders(rw http.ResponseWriter, set *policySet) int64 {
+	retry := ceilSecs(t.set.redis.probeNS / 1e6)
+	if t.set.headers&headersIETF != 0 {
+		// No budget is known; r=0 with the retry time keeps "every
+		// response carries RateLimit" true and tells SDKs to pause.
+		rw.Header().Set("RateLimit-Policy", set.policyHeader)
+		items := make([]string, len(set.ps))
+		for i := range set.ps {
+			items[i] = set.quoted[i] + ";r=0;t=" + strconv.FormatInt(retry, 10)
+		}
+		rw.Header().Set("RateLimit", strings.Join(items, ", "))
+	}
+	return retry
+}
+
+// decisionValues are the DecisionHeader values by decision, assigned to the
+// header map as they are (each has no spare capacity: an append copies).
+var decisionValues = [...][]string{{"redis"}, {"local"}, {"unavailable"}, {"cache"}}
+
+// shadowValues are decisionValues for a request that shadow policies alone
+// would have refused, let through.
+var shadowValues = [...][]string{{"redis;shadow"}, {"local;shadow"}, {"unavailable;shadow"}, {"cache;shadow"}}
 
 // shadowOnly reports whether a refusal (or a 503) comes from shadow
 // policies alone: every policy that refused (a wait) or fails closed

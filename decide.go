@@ -1,0 +1,254 @@
+package tollgate
+
+// How a request is decided: by Redis through the deny cache and the
+// breaker (decide, its common case), or by the local fallback. Beyond the
+// common case (decideAny): its plan's top-level policy (Config.Plans,
+// planOf) and rules that key clients their own way (Rule.SourceCriterion,
+// ownCall). A login rule keyed by IP while the top level keys by API key
+// gives a client that rotates API keys nothing: its login bucket is its
+// address's.
+
+import (
+	"math/rand"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/metrics"
+)
+
+// How a request was decided (DecisionHeader).
+const (
+	decidedRedis       = metrics.ByRedis
+	decidedLocal       = metrics.ByLocal
+	decidedUnavailable = metrics.ByUnavailable
+	decidedCache       = metrics.ByCache // a refusal from Redis still in force (denycache.go)
+)
+
+// decide charges the request's buckets into decision d: in Redis (under
+// the client's key, or one of its shards' when sharded), or, when Redis is
+// unavailable, in the local fallback (failure policy: see fallback.go). A
+// refusal still in force is answered from the deny cache, and one from
+// Redis is remembered there. It returns decidedUnavailable when Redis is
+// unavailable and a policy fails closed.
+func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
+	v := req.Header[t.set.source.header]
+	if !t.set.byHeader || len(v) == 0 || v[0] == "" {
+		return decideAny(t, set, req, d)
+	}
+	key := hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])
+	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(key, d) {
+		if t.notes != nil {
+			noteRegion(t.notes, set.ps, key, d, true)
+		}
+		return decidedCache
+	}
+	if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
+		return fallback(t, set, key, d)
+	}
+	if d[0] != 1 {
+		set.denied.remember(key, d)
+	}
+	if t.notes != nil && (d[0] != 1 || d[1] == 0 || len(set.ps) > 1) { // pressing: note's test, one policy's inlined
+		noteRegion(t.notes, set.ps, key, d, false)
+	}
+	return decidedRedis
+}
+
+// decideAny is decide for any client identity, sharded or not.
+func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
+	key := clientKey(t.set.class, t.set.source.identity(req))
+	rkey := key
+	if t.set.shards > 1 {
+		rkey = t.set.shardKey(key)
+	}
+	call := rkey // the keys as the call writes them
+	if set.ownKeys {
+		if set.groups != nil {
+			return decideGroups(t, set, req, d)
+		}
+		call = ownCall(t, set, req, rkey)
+	}
+	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(call, d) {
+		if t.notes != nil && !set.ownKeys {
+			noteRegion(t.notes, set.ps, rkey, d, true)
+		}
+		return decidedCache
+	}
+	if redisCheck(t.be, set.cmd, call, d, &t.set.redis, t.hb) != nil {
+		if set.ownKeys {
+			return fallbackOwn(t, set, req, key, d)
+		}
+		return fallback(t, set, key, d)
+	}
+	if t.notes != nil && !set.ownKeys && (d[0] != 1 || d[1] == 0 || len(set.ps) > 1) {
+		noteRegion(t.notes, set.ps, rkey, d, false) // before scaleRemaining: a shard's own tokens
+	}
+	if t.set.shards > 1 {
+		scaleRemaining(set, d, t.set.shards)
+	}
+	if d[0] != 1 {
+		set.denied.remember(call, d)
+	}
+	return decidedRedis
+}
+
+// scaleRemaining turns a shard's remaining tokens into the client's
+// estimate: shards x the shard's (all shards are alike on average), for
+// every policy but a rule keyed its own way (never sharded).
+func scaleRemaining(set *policySet, d []int64, shards int64) {
+	for i, p := range set.ps {
+		if p.source == nil {
+			d[1+3*i] *= shards
+		}
+	}
+}
+
+// fallback decides without Redis: 503 (decidedUnavailable) when a policy
+// fails closed, else the local buckets decide, with the limits shared by
+// the pods seen (heartbeat.go). A plain function, its cold parts out of
+// line (see ServeHTTP).
+func fallback(t *Tollgate, set *policySet, key string, d []int64) int {
+	if set.failClosed {
+		return decidedUnavailable // counted as a 503 by refuseUnavailable
+	}
+	keys := []string{key + set.ps[0].keySuffix}
+	if len(set.ps) > 1 {
+		keys = set.localKeys(key)
+	}
+	return takeLocal(t, set, keys, d)
+}
+
+// takeLocal is the fallback's take: the local buckets of keys, one per
+// policy of set, with the limits shared by the pods seen.
+func takeLocal(t *Tollgate, set *policySet, keys []string, d []int64) int {
+	atomic.AddInt64(&t.be.fallbacks, 1)
+	n := replicasSeen(t.hb, t.set.replicas, int64(time.Since(clock.Start))+clock.Origin)
+	set.localsMu.Lock()
+	if set.localsN != n || set.locals == nil {
+		set.shareLocals(n)
+	}
+	lims := set.locals
+	set.localsMu.Unlock()
+	t.local.take(keys, lims, d)
+	return decidedLocal
+}
+
+// ownCall returns the keys of a call over set, whose rules key clients
+// their own way, written as one string (policySet.joints): key for the
+// policies keyed as the top level, the rule's own identity's for the
+// others (unsharded), so that they are all charged in one script, all or
+// nothing (decideAny).
+func ownCall(t *Tollgate, set *policySet, req *http.Request, key string) string {
+	keys := clientKeys(t, set, req, key)
+	call := keys[0]
+	for i, j := range set.joints {
+		call += j + keys[i+1]
+	}
+	return call
+}
+
+// clientKeys returns each policy's client key: the rule's own identity's, or
+// key.
+func clientKeys(t *Tollgate, set *policySet, req *http.Request, key string) []string {
+	keys := make([]string, len(set.ps))
+	for i, p := range set.ps {
+		keys[i] = key
+		if p.source != nil {
+			keys[i] = clientKey(t.set.class, p.source.identity(req))
+		}
+	}
+	return keys
+}
+
+// fallbackOwn is fallback for a set whose rules key clients their own way
+// (key: the top level's unsharded client key).
+func fallbackOwn(t *Tollgate, set *policySet, req *http.Request, key string, d []int64) int {
+	if set.failClosed {
+		return decidedUnavailable
+	}
+	keys := clientKeys(t, set, req, key)
+	for i, p := range set.ps {
+		keys[i] += p.keySuffix
+	}
+	return takeLocal(t, set, keys, d)
+}
+
+// fallbackFor is the fallback's decision for req over set, whoever keys it.
+func fallbackFor(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
+	key := clientKey(t.set.class, t.set.source.identity(req))
+	if set.ownKeys {
+		return fallbackOwn(t, set, req, key, d)
+	}
+	return fallback(t, set, key, d)
+}
+
+// decideGroups is decideAny in a Redis Cluster, for a set whose rules key
+// clients their own way: each group is charged in a script of its own,
+// every group every time, and the request passes when every group admits
+// it. So a request one group refuses still took its
+// tokens from the groups that admitted it: the all-or-nothing of one
+// script holds within a group, not across identities. It returns the least
+// global decision (local, then cache, then redis), or decidedUnavailable
+// when an enforcing group fails closed. A shadow group that fails closed
+// is a shadow refusal (its wait: the probe interval), so that the
+// enforcing groups, decided and charged on their own, decide the request.
+// In a refusal, a group that admitted shows no wait (as a bucket that fits
+// does in one script's refusal): only the refusing policies name one.
+func decideGroups(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
+	how := decidedRedis
+	unavailable := false
+	d[0] = 1
+	admittedBy := make([]bool, len(set.groups))
+	for gi, g := range set.groups {
+		gd := make([]int64, g.decisionLen)
+		ghow := decideAny(t, g, req, gd)
+		if ghow == decidedUnavailable {
+			if !g.shadow {
+				unavailable = true
+				continue
+			}
+			gd[0] = 0
+			for k := range g.ps {
+				gd[1+3*k], gd[2+3*k], gd[3+3*k] = 0, t.set.redis.probeNS/1e6, t.set.redis.probeNS/1e6
+			}
+			ghow = decidedLocal
+		}
+		if ghow == decidedLocal || ghow == decidedCache && how == decidedRedis {
+			how = ghow
+		}
+		if gd[0] != 1 {
+			d[0] = 0
+		}
+		admittedBy[gi] = gd[0] == 1
+		for k, i := range set.groupPos[gi] {
+			copy(d[1+3*i:4+3*i], gd[1+3*k:4+3*k])
+		}
+	}
+	if d[0] != 1 {
+		for gi := range set.groups {
+			if admittedBy[gi] {
+				for _, i := range set.groupPos[gi] {
+					d[2+3*i] = 0
+				}
+			}
+		}
+	}
+	if unavailable {
+		return decidedUnavailable
+	}
+	return how
+}
+
+// shardKey returns the key of one of the client's sub-buckets, picked at
+// random: the shard number, fixed width, inside the hash tag, so that
+// shards spread over Redis Cluster slots (tg{tag:07}).
+func (s *settings) shardKey(key string) string {
+	n := strconv.Itoa(rand.Intn(int(s.shards)))
+	for len(n) < s.digits {
+		n = "0" + n
+	}
+	return key[:len(key)-1] + ":" + n + "}"
+}
