@@ -26,9 +26,9 @@ func TestNodeAddressQuotedInErrors(t *testing.T) {
 	var derr, serr error
 	timeout := 5 * time.Millisecond
 	redis.New(redis.Options{Addr: addr, Timeout: timeout, PoolSize: 1},
-		redis.Hooks{DialFailed: func(err error) { mu.Lock(); derr = err; mu.Unlock() }})
+		redis.Hooks{DialFailed: func(err error) { mu.Lock(); derr = err; mu.Unlock() }}).Start()
 	redis.New(redis.Options{Mode: redis.Cluster, Endpoints: []string{addr}, Timeout: timeout, PoolSize: 1},
-		redis.Hooks{RefreshFailed: func(err error) { mu.Lock(); serr = err; mu.Unlock() }})
+		redis.Hooks{RefreshFailed: func(err error) { mu.Lock(); serr = err; mu.Unlock() }}).Start()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		mu.Lock()
 		done := derr != nil && serr != nil
