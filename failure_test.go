@@ -107,7 +107,7 @@ func TestFailurePolicyCounters(t *testing.T) {
 	}
 	// Checks do not wait for the dials they start once one failed: how
 	// many of the 5 were skipped depends on when those dials fail.
-	waitFor(t, func() bool { return h.be.stats().Breaker }, "the breaker to open")
+	redistest.WaitFor(t, func() bool { return h.be.stats().Breaker }, "the breaker to open")
 	for i := 0; i < 3; i++ {
 		serve(h, t.Name())
 	}
@@ -251,17 +251,7 @@ func TestRefusedDialFailsFast(t *testing.T) {
 // waitConns waits until c has n connections open.
 func waitConns(t *testing.T, c *redis.Pool, n int) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		open := c.OpenConns()
-		if open == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections open, want %d", open, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	redistest.WaitFor(t, func() bool { return c.OpenConns() == n }, fmt.Sprintf("%d connections open", n))
 }
 
 func TestBreakerProbesWithoutTraffic(t *testing.T) {

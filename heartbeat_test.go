@@ -17,8 +17,8 @@ func TestHeartbeatRidesOnChecks(t *testing.T) {
 		t.Fatalf("before any heartbeat the fallback divides by %d, want replicas (1)", got)
 	}
 	serve(h, t.Name())
-	waitFor(t, func() bool { return atomic.LoadInt64(&f.Beats) == 1 }, "the first check's heartbeat")
-	waitFor(t, func() bool { return replicasSeen(h.hb, h.set.replicas, clock.Mono()) == 3 }, "the count (3) to be kept")
+	redistest.WaitFor(t, func() bool { return atomic.LoadInt64(&f.Beats) == 1 }, "the first check's heartbeat")
+	redistest.WaitFor(t, func() bool { return replicasSeen(h.hb, h.set.replicas, clock.Mono()) == 3 }, "the count (3) to be kept")
 	// Not due yet: no heartbeat is asked for. A heartbeat asked for is
 	// sent before the beat goroutine ends (see beatQuiet), so once it is
 	// quiet the server has counted every one: no sleep decides this. (A
@@ -30,7 +30,7 @@ func TestHeartbeatRidesOnChecks(t *testing.T) {
 	}
 	time.Sleep(150 * time.Millisecond)
 	serve(h, t.Name())
-	waitFor(t, func() bool { return atomic.LoadInt64(&f.Beats) == 2 }, "a heartbeat once due")
+	redistest.WaitFor(t, func() bool { return atomic.LoadInt64(&f.Beats) == 2 }, "a heartbeat once due")
 	if l := h.set.top.localShare(replicasSeen(h.hb, h.set.replicas, clock.Mono())); l.burst != 1 {
 		t.Fatalf("local share with 3 pods: burst %v, want 5/3 -> 1", l.burst)
 	}
@@ -105,7 +105,7 @@ func TestHeartbeatConfig(t *testing.T) {
 // before the call has been counted by the server.
 func beatQuiet(t *testing.T, h *Tollgate) {
 	t.Helper()
-	waitFor(t, func() bool {
+	redistest.WaitFor(t, func() bool {
 		if atomic.LoadInt32(&h.be.beating) != 0 {
 			return false
 		}
@@ -118,15 +118,4 @@ func beatQuiet(t *testing.T, h *Tollgate) {
 		}
 		return true
 	}, "the heartbeat goroutine to end")
-}
-
-// waitFor polls cond for up to 2 s.
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }

@@ -4,6 +4,7 @@ package redis
 // and topologies on fake servers (redistest.Fake), and bounded waits.
 
 import (
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -40,28 +41,7 @@ func clientOn(t *testing.T, f *redistest.Fake, timeout time.Duration, poolSize i
 // waitConns waits until c has n connections open.
 func waitConns(t *testing.T, c *Pool, n int) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		open := c.OpenConns()
-		if open == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d connections open, want %d", open, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// waitFor polls cond for up to 2 s.
-func waitFor(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	redistest.WaitFor(t, func() bool { return c.OpenConns() == n }, fmt.Sprintf("%d connections open", n))
 }
 
 // awaitShort sends a call of 5 ms on cn and waits for it: how long it took,

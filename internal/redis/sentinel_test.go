@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 func TestSentinelReplies(t *testing.T) {
@@ -50,14 +51,14 @@ func TestSentinelWatcherFollowsSwitchMaster(t *testing.T) {
 	rc := topoClient(Sentinel, addr)
 	atomic.StoreInt64(&rc.lastUsed, clock.Mono())
 	rc.watch()
-	waitFor(t, func() bool {
+	redistest.WaitFor(t, func() bool {
 		rc.topo.mu.Lock()
 		defer rc.topo.mu.Unlock()
 		return rc.topo.primary != nil && rc.topo.primary.opts.Addr == "127.0.0.1:6380"
 	}, "the watcher to switch to the announced primary")
 	// Idle clients stop their watcher.
 	atomic.StoreInt64(&rc.lastUsed, clock.Mono()-2*int64(watchIdle))
-	waitFor(t, func() bool { return atomic.LoadInt32(&rc.topo.watching) == 0 }, "the watcher to end once the client is idle")
+	redistest.WaitFor(t, func() bool { return atomic.LoadInt32(&rc.topo.watching) == 0 }, "the watcher to end once the client is idle")
 }
 
 // TestSentinelAddressQuotedInLog: the primary's address comes from a

@@ -225,3 +225,15 @@ func scalar(br *bufio.Reader, line string) (v string, isNil bool, err error) {
 	}
 	return "", false, errors.New("redistest: unexpected reply " + strconv.Quote(line))
 }
+
+// WaitFor polls cond for up to 2 s and fails the test, naming what, if it
+// never holds.
+func WaitFor(t testing.TB, cond func() bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
