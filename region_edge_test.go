@@ -24,16 +24,20 @@ func holdLease(t *testing.T, addr, region string) {
 }
 
 // notedIn waits up to d for region's hot hash on addr to hold field (the
-// notes flushed at an interval's start), and returns the fields it held.
+// notes flushed at an interval's start), and returns the fields it held,
+// field last when it was.
 func notedIn(t *testing.T, addr, region, field string, d time.Duration) []string {
 	t.Helper()
 	var seen []string
+	had := map[string]bool{}
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		v := redistest.Do(t, addr, "HKEYS", "tg{rg:"+region+"}:hot")
-		seen = append(seen, v...)
-		for _, f := range v {
+		for _, f := range redistest.Do(t, addr, "HKEYS", "tg{rg:"+region+"}:hot") {
 			if f == field {
-				return seen
+				return append(seen, f)
+			}
+			if !had[f] {
+				had[f] = true
+				seen = append(seen, f)
 			}
 		}
 	}
