@@ -95,3 +95,16 @@ func TestRespReadersAllocateWhatArrives(t *testing.T) {
 		t.Fatalf("reading %d truncated replies allocated %d bytes, want under 4 MiB", 8*len(claims), got)
 	}
 }
+
+// A side reply's lines count against its budget, not its bulk strings
+// alone: 65,536 integers of 64 digits are more than maxReplyBytes.
+func TestSideReplyBudgetCountsEveryLine(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("*65536\r\n")
+	for i := 0; i < 65536; i++ {
+		b.WriteString(":" + strings.Repeat("9", 64) + "\r\n")
+	}
+	if _, err := readValues(bufio.NewReader(strings.NewReader(b.String()))); err == nil {
+		t.Errorf("an array of %d bytes of integer lines was read whole, past the budget of %d", b.Len(), maxReplyBytes)
+	}
+}

@@ -176,7 +176,8 @@ func encodeReport(r *report) []byte {
 // errBadReport is a report that is not one: the peer's data is ignored as
 // if it could not be read.
 // keyPrefix starts every bucket key of the plugin (the root package's own
-// keyPrefix; a test checks that they agree).
+// keyPrefix: were they to differ, every key would be refused and no share
+// would move, which TestRegionSharesFollowTraffic catches).
 const keyPrefix = "tg{"
 
 var errBadReport = errors.New("tollgate: malformed region report")
