@@ -62,7 +62,7 @@ func TestRegionClusterWritesSharesOfSeveralSlots(t *testing.T) {
 		t.Fatal("the test's keys share a slot")
 	}
 	own := redis.New(redis.Options{Mode: redis.Cluster, Endpoints: []string{addr}, Timeout: time.Second, PoolSize: 2}, redis.Hooks{})
-	// New learns the slots off the caller's clock.
+	own.Start() // learns the slots off the caller's clock
 	for i := 0; i < 250 && own.NodeFor(keys[0]) == nil; i++ {
 		time.Sleep(20 * time.Millisecond)
 	}
