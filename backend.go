@@ -143,6 +143,7 @@ func (b *backend) checkOther(cmd *redis.Command, key string, d []int64, o *redis
 func (b *backend) skip() {
 	atomic.AddInt64(&b.skipped, 1)
 	if b.base.mode != redis.Standalone {
+		b.rc.Touch()   // a skipped check keeps the sentinel watcher running
 		b.rc.Refresh() // a promoted replica lets the next probe through (internal/redis)
 	}
 	b.startProber()
@@ -209,11 +210,15 @@ func (b *backend) dialFailed(err error) {
 	}
 }
 
-// sideDo runs cmds (n commands) on the side connection of key's node
-// (redis.Client.SideDo); it keeps the backend in use.
-func (b *backend) sideDo(key string, cmds []byte, n int) ([][]string, error) {
-	atomic.StoreInt64(&b.lastUsed, b.now())
-	return b.rc.SideDo(key, cmds, n)
+// used returns when the backend was last used, monotonic ns: by a check,
+// or by its client alone (a topology's check, a region exchange's side
+// command, Touch).
+func (b *backend) used() int64 {
+	u := atomic.LoadInt64(&b.lastUsed)
+	if c := b.rc.LastUsed(); c > u {
+		return c
+	}
+	return u
 }
 
 // latest returns the latest New's settings.
@@ -293,7 +298,7 @@ func (b *backend) probe(o *redisSettings) error {
 
 // idleFor reports whether no check used the backend for d.
 func (b *backend) idleFor(d time.Duration) bool {
-	return b.now()-atomic.LoadInt64(&b.lastUsed) > int64(d)
+	return b.now()-b.used() > int64(d)
 }
 
 // backendStats are a backend's counters since the process started.

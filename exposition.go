@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/metrics"
@@ -118,7 +117,7 @@ func (r *registry) redisRows(now int64) []*metrics.RedisRow {
 	for _, b := range r.backends {
 		row := rowFor(b.latest().name)
 		addCounters(row, b)
-		if now-atomic.LoadInt64(&b.lastUsed) > int64(gaugeIdle) {
+		if now-b.used() > int64(gaugeIdle) {
 			continue
 		}
 		if b.breaker.isOpen() {

@@ -112,7 +112,7 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for k, b := range r.backends {
-		if k != key && now-atomic.LoadInt64(&b.lastUsed) > int64(backendIdle) {
+		if k != key && now-b.used() > int64(backendIdle) {
 			b.rc.CloseIdle()
 			r.retire(b)
 			delete(r.backends, k)
@@ -120,6 +120,7 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 	}
 	if b, ok := r.backends[key]; ok {
 		atomic.StoreInt64(&b.lastUsed, now)
+		b.rc.Touch()
 		if set.poolSize == 0 {
 			return b, nil // a peer region's Redis, for the exchange only: the checks' settings stay
 		}

@@ -78,8 +78,8 @@ func (rc *Client) idleFor(d time.Duration) bool {
 	return rc.now()-atomic.LoadInt64(&rc.lastUsed) > int64(d)
 }
 
-// LastUsed returns when a topology check or side command last used the
-// client (monotonic ns).
+// LastUsed returns when a topology check, a side command or Touch last
+// used the client (monotonic ns).
 func (rc *Client) LastUsed() int64 { return atomic.LoadInt64(&rc.lastUsed) }
 
 const (
@@ -102,3 +102,7 @@ type topology struct {
 	learnt      int64 // monotonic ns when the last refresh succeeded
 	watching    int32 // 1 while the sentinel watcher runs
 }
+
+// Touch marks the client used now: a check its owner did not send (an
+// open breaker's) keeps the sentinel watcher running, as a sent one does.
+func (rc *Client) Touch() { atomic.StoreInt64(&rc.lastUsed, rc.now()) }
