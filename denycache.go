@@ -137,8 +137,8 @@ func (c *denyCache) remember(key string, d []int64) {
 		atomic.StoreInt64(&c.latest, e.until)
 	}
 	c.mu.Unlock()
-	if watch && c.watch != nil {
-		c.watch.watch(c, now) // after the lock: the watch's comes first (entries)
+	if watch {
+		deniesWatched.watch(c, now) // after the lock: the watch's comes first (entries)
 	}
 }
 
@@ -175,12 +175,16 @@ func (c *denyCache) evict(now int64) {
 }
 
 // denyWatch is the deny caches holding entries, for
-// tollgate_deny_cache_entries (the registry's: shared.denies). Safe for
-// concurrent use.
+// tollgate_deny_cache_entries. Safe for concurrent use. (A cache does not
+// point to its watch: Yaegi v0.16.1 cannot build a struct type that refers
+// back to itself through another's map.)
 type denyWatch struct {
 	mu     sync.Mutex
 	denies map[*denyCache]bool // caches holding entries (denyCache.remember)
 }
+
+// deniesWatched is the process's deny caches holding entries.
+var deniesWatched = &denyWatch{denies: make(map[*denyCache]bool)}
 
 // watch counts c's entries in tollgate_deny_cache_entries; c calls it
 // at now when it takes a refusal while empty or holding only expired ones.

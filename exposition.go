@@ -43,7 +43,7 @@ func (r *registry) writeMetrics(w *bufio.Writer, only map[string]bool) {
 	if only != nil {
 		return
 	}
-	metrics.WriteDenyEntries(w, r.denies.entries())
+	metrics.WriteDenyEntries(w, deniesWatched.entries())
 	metrics.WriteRedis(w, r.redisRows(now))
 	metrics.WriteRegions(w, r.regionRows())
 }

@@ -55,9 +55,9 @@ func TestDenyCachesAreNotKeptAcrossReloads(t *testing.T) {
 	f := redistest.StartFake(t, "+0 0 1 1\r\n") // refused, 1 ms to wait
 	user := uniqueName("review-denyleak")
 	denies := func() int {
-		shared.denies.mu.Lock()
-		defer shared.denies.mu.Unlock()
-		return len(shared.denies.denies)
+		deniesWatched.mu.Lock()
+		defer deniesWatched.mu.Unlock()
+		return len(deniesWatched.denies)
 	}
 	before := denies()
 	const reloads = 200

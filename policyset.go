@@ -66,7 +66,6 @@ type policySet struct {
 // withHeaders).
 func newPolicySet(ps []*policy, keyLen int) *policySet {
 	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps)), denied: newDenyCache(maxDenials)}
-	s.denied.watch = shared.denies
 	var enforce []*policy
 	for _, p := range ps {
 		s.quoted = append(s.quoted, `"`+p.name+`"`)

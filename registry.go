@@ -48,7 +48,6 @@ type registry struct {
 	backends map[string]*backend
 	locals   *localStores
 	metrics  *metrics.Registry            // what a serveMetrics middleware serves (internal/metrics)
-	denies   *denyWatch                   // the deny caches holding entries (denycache.go)
 	retired  map[string]*metrics.RedisRow // counters of forgotten backends, by Redis name (exposition.go)
 
 	claimsMu sync.Mutex
@@ -75,7 +74,7 @@ const classClaimWindow = 10 * time.Second
 var shared = newRegistry()
 
 func newRegistry() *registry {
-	return &registry{now: clock.Mono, backends: make(map[string]*backend), locals: newLocalStores(), metrics: metrics.NewRegistry(), denies: &denyWatch{denies: make(map[*denyCache]bool)},
+	return &registry{now: clock.Mono, backends: make(map[string]*backend), locals: newLocalStores(), metrics: metrics.NewRegistry(),
 		claims: make(map[string]classClaim), retired: make(map[string]*metrics.RedisRow), regions: make(map[string]*regions.Exchanger)}
 }
 
