@@ -20,7 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/internal/clock"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 )
 
@@ -125,7 +124,7 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 	}
 	p := set.ps[decider(set, d, how)]
 	n := atomic.AddInt64(&p.m.N[how*metrics.NResults+metrics.ShadowLimited], 1)
-	now := int64(time.Since(clock.Start)) + clock.Origin
+	now := int64(time.Since(processStart)) + monoOrigin
 	if last := atomic.LoadInt64(&p.m.ShadowLog); (last == 0 || now-last >= t.set.redis.probeNS) && atomic.CompareAndSwapInt64(&p.m.ShadowLog, last, now) {
 		log.Printf("tollgate: shadow: policy %q of class %q would have refused a request (%s); let through (%d so far)",
 			p.name, t.set.class, metrics.DecisionName(how), n)

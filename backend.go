@@ -18,6 +18,16 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
+// processStart, monoOrigin and histSample are clock.Start, clock.Origin
+// and metrics.HistSample as the hot path reads them: under Yaegi a read of
+// another package's variable or constant allocates.
+var processStart = clock.Start
+
+const (
+	monoOrigin = clock.Origin
+	histSample = metrics.HistSample
+)
+
 // watchIdle ends the prober after this long without checks.
 const watchIdle = time.Minute
 
@@ -70,7 +80,7 @@ func (b *backend) check(cmd *redis.Command, key string, d []int64, o *redisSetti
 // hb, when not nil, is the caller's class heartbeat: a successful check
 // starts one when it is due (heartbeat.go).
 func redisCheck(b *backend, cmd *redis.Command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
-	ns := int64(time.Since(clock.Start)) + clock.Origin // clock.Mono(), inlined
+	ns := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
 	atomic.StoreInt64(&b.lastUsed, ns)
 	if b.pool == nil || atomic.LoadInt64(&b.breaker.nextProbe) != 0 {
 		if skipping(b, ns) {
@@ -78,26 +88,36 @@ func redisCheck(b *backend, cmd *redis.Command, key string, d []int64, o *redisS
 		}
 		return b.checkOther(cmd, key, d, o, hb, ns)
 	}
-	err := redis.PoolCheck(b.pool, cmd, key, d, o.timeout, ns)
-	if err == nil && d[0] != 1 {
-		err = checkDecision(d)
-	}
-	if err != nil {
+	if err := redis.PoolCheck(b.pool, cmd, key, d, o.timeout, ns); err != nil {
 		b.failedCheck(ns, err, o)
 		return err
 	}
-	if ns-atomic.LoadInt64(&b.breaker.window) >= breakerWindow || ns&(metrics.HistSample-1) == 0 || hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
+	if d[0] != 1 && b.badDecision(d, ns, o) {
+		return redis.ErrBadReply
+	}
+	if ns-atomic.LoadInt64(&b.breaker.window) >= breakerWindow || ns&(histSample-1) == 0 || hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
 		b.tick(hb, ns, o)
 	}
 	atomic.AddInt64(&b.breaker.checks, 1)
 	return nil
 }
 
+// badDecision reports, and counts as a failed check begun at ns, a
+// decision no correct script sends (checkDecision): out of redisCheck's
+// frame, for refusals only.
+func (b *backend) badDecision(d []int64, ns int64, o *redisSettings) bool {
+	if err := checkDecision(d); err != nil {
+		b.failedCheck(ns, err, o)
+		return true
+	}
+	return false
+}
+
 // tick is redisCheck's rare bookkeeping after a success begun at ns: the
 // breaker's window rolled, the check timed (the clock's low bits pick one
 // in metrics.HistSample), a heartbeat due.
 func (b *backend) tick(hb *heartbeat, ns int64, o *redisSettings) {
-	if ns&(metrics.HistSample-1) == 0 {
+	if ns&(histSample-1) == 0 {
 		b.metrics.Observe(b.now() - ns)
 	}
 	b.breaker.roll(ns)
@@ -160,7 +180,7 @@ func podFault(err error) bool {
 // clock's low bits pick it, as tick does).
 func (b *backend) failedCheck(start int64, err error, o *redisSettings) {
 	now := b.now()
-	if start&(metrics.HistSample-1) == 0 {
+	if start&(histSample-1) == 0 {
 		b.metrics.Observe(now - start)
 	}
 	b.failed(now, err, o)

@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/internal/clock"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 )
 
@@ -125,7 +124,7 @@ func fallback(t *Tollgate, set *policySet, key string, d []int64) int {
 // policy of set, with the limits shared by the pods seen.
 func takeLocal(t *Tollgate, set *policySet, keys []string, d []int64) int {
 	atomic.AddInt64(&t.be.fallbacks, 1)
-	n := replicasSeen(t.hb, t.set.replicas, int64(time.Since(clock.Start))+clock.Origin)
+	n := replicasSeen(t.hb, t.set.replicas, int64(time.Since(processStart))+monoOrigin)
 	set.localsMu.Lock()
 	if set.localsN != n || set.locals == nil {
 		set.shareLocals(n)

@@ -10,7 +10,7 @@ import (
 // New returns a Client of the deployment opts describe; nothing is dialled
 // before Start or the first check.
 func New(opts Options, hooks Hooks) *Client {
-	rc := &Client{opts: opts, hooks: hooks, now: clock.Mono, lastUsed: clock.Mono()}
+	rc := &Client{opts: opts, hooks: hooks, now: clock.Mono}
 	if opts.Mode == Standalone {
 		rc.pool = NewPool(opts)
 		rc.pool.onDialError = func(err error) { rc.dialFailed(err) }

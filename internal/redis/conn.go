@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/clock"
 )
 
 const (
@@ -23,6 +25,13 @@ const (
 // MaxLine is the longest status line a call's reply may be: a script's
 // reply must fit.
 const MaxLine = readerSize
+
+// processStart and monoOrigin are clock.Start and clock.Origin as the
+// calls read them: under Yaegi a read of another package's variable or
+// constant allocates, and every call reads them.
+var processStart = clock.Start
+
+const monoOrigin = clock.Origin
 
 // rconn is one connection to Redis, shared by every check in flight on it.
 // Safe for concurrent use. The write lock orders calls; mu guards the

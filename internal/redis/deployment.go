@@ -24,7 +24,7 @@ type Client struct {
 	topo  topology // Sentinel and Cluster
 	now   func() int64
 
-	lastUsed int64 // monotonic ns of the last topology check or side command
+	lastUsed int64 // monotonic ns of the last topology check, side command or Touch; 0: none
 }
 
 // Hooks are what a Client tells its owner, from any goroutine; each may

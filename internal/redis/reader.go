@@ -39,7 +39,7 @@ func (cn *rconn) serve(me *call) {
 			until = cn.oldestDeadline()
 		}
 		cn.readUntil = until
-		err := cn.nc.SetReadDeadline(clock.Start.Add(time.Duration(until - clock.Origin))) // wallTime, inlined
+		err := cn.nc.SetReadDeadline(processStart.Add(time.Duration(until - monoOrigin))) // wallTime, inlined
 		cn.mu.Unlock()
 		var line []byte
 		if err == nil {
@@ -63,7 +63,7 @@ func (cn *rconn) serve(me *call) {
 		cn.queue = cn.queue[1:]
 		atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
 		if next := cn.queue; len(next) > 0 && !next[0].done && next[0].deadline != 0 {
-			extendTo(next[0], int64(time.Since(clock.Start))+clock.Origin)
+			extendTo(next[0], int64(time.Since(processStart))+monoOrigin)
 		}
 		if !cl.done {
 			cl.line = append(cl.line[:0], line...)
@@ -186,7 +186,7 @@ func (cn *rconn) oldestDeadline() int64 {
 }
 
 // wallTime is the wall-clock time of monotonic ns, for socket deadlines.
-func wallTime(ns int64) time.Time { return clock.Start.Add(time.Duration(ns - clock.Origin)) }
+func wallTime(ns int64) time.Time { return processStart.Add(time.Duration(ns - monoOrigin)) }
 
 // staleAfter is how long past its deadline a connection may owe a reply
 // before it is closed (a frozen or overloaded Redis).

@@ -35,8 +35,6 @@ package redis
 import (
 	"sync/atomic"
 	"time"
-
-	"github.com/tollgate-dev/tollgate/internal/clock"
 )
 
 // send queues and writes pre (when not nil) and cl in one write: prefix,
@@ -70,7 +68,7 @@ func (cn *rconn) send(pre, cl *call, prefix []byte, cmd *Command, head []byte, k
 	if err == nil {
 		_, err = cn.nc.Write(cn.wbuf)
 	}
-	sent := int64(time.Since(clock.Start)) + clock.Origin // clock.Mono(), inlined
+	sent := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
 	cn.mu.Lock()
 	if err != nil {
 		cn.sendFailed(pre, cl)
@@ -162,7 +160,7 @@ func solo(cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration,
 		cn.sbuf = appendCall(cn.sbuf[:0], cmd, cmd.shaHead, key)
 	}
 	var err error
-	if now := int64(time.Since(clock.Start)) + clock.Origin; now >= cn.writeUntil { // clock.Mono(), inlined, after the locks
+	if now := int64(time.Since(processStart)) + monoOrigin; now >= cn.writeUntil { // clock.Mono(), inlined, after the locks
 		err = cn.renewWriteDeadline(now, timeout, wall)
 	}
 	if err == nil {
@@ -173,9 +171,9 @@ func solo(cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration,
 	}
 	// Only the deadline: cl is the head, so nothing extends it (sent and
 	// timeout are for calls behind others).
-	cl.deadline = int64(time.Since(clock.Start)) + clock.Origin + int64(timeout) // clock.Mono(), inlined
+	cl.deadline = int64(time.Since(processStart)) + monoOrigin + int64(timeout) // clock.Mono(), inlined
 	cn.readUntil = cl.deadline
-	err = cn.nc.SetReadDeadline(clock.Start.Add(time.Duration(cl.deadline - clock.Origin))) // wallTime, inlined
+	err = cn.nc.SetReadDeadline(processStart.Add(time.Duration(cl.deadline - monoOrigin))) // wallTime, inlined
 	cn.mu.Unlock()
 	var line []byte
 	if err == nil {
