@@ -92,25 +92,11 @@ func redisCheck(b *backend, cmd *redis.Command, key string, d []int64, o *redisS
 		b.failedCheck(ns, err, o)
 		return err
 	}
-	if d[0] != 1 && b.badDecision(d, ns, o) {
-		return redis.ErrBadReply
-	}
 	if ns-atomic.LoadInt64(&b.breaker.window) >= breakerWindow || ns&(histSample-1) == 0 || hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
 		b.tick(hb, ns, o)
 	}
 	atomic.AddInt64(&b.breaker.checks, 1)
 	return nil
-}
-
-// badDecision reports, and counts as a failed check begun at ns, a
-// decision no correct script sends (checkDecision): out of redisCheck's
-// frame, for refusals only.
-func (b *backend) badDecision(d []int64, ns int64, o *redisSettings) bool {
-	if err := checkDecision(d); err != nil {
-		b.failedCheck(ns, err, o)
-		return true
-	}
-	return false
 }
 
 // tick is redisCheck's rare bookkeeping after a success begun at ns: the
@@ -145,11 +131,7 @@ func (b *backend) checkOther(cmd *redis.Command, key string, d []int64, o *redis
 		b.skip()
 		return errBreakerOpen
 	}
-	err := b.rc.Check(cmd, key, d, o.timeout)
-	if err == nil && d[0] != 1 {
-		err = checkDecision(d)
-	}
-	if err != nil {
+	if err := b.rc.Check(cmd, key, d, o.timeout); err != nil {
 		b.failedCheck(ns, err, o)
 		return err
 	}

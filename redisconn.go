@@ -71,7 +71,7 @@ func newCommand(ps []*policy, keyLen int) *redis.Command {
 			args = append(args, strconv.FormatInt(p.regionPPM, 10))
 		}
 	}
-	return redis.NewCommand(bucket, lens, suffixes, args)
+	return redis.NewCommand(bucket, lens, suffixes, args, checkDecision)
 }
 
 // tlsConfig builds the TLS configuration of set: the server verified by

@@ -96,7 +96,7 @@ func pipelined(c *Pool, cn *rconn, cmd *Command, key string, d []int64, timeout 
 	if err != nil {
 		return c.failedOn(cn, err, cmd, key, d, timeout)
 	}
-	return answered(cl, nil, d)
+	return answered(cl, nil, d, cmd)
 }
 
 // failedOn goes on after a check on cn (solo or pipelined) failed with
@@ -107,23 +107,23 @@ func (c *Pool) failedOn(cn *rconn, err error, cmd *Command, key string, d []int6
 	if err == errNoScript {
 		cl, err = c.roundTrip(nil, nil, cmd, cmd.evalHead, key, timeout, 0)
 	}
-	return answered(cl, err, d)
+	return answered(cl, err, d, cmd)
 }
 
 // shared runs a check the shared way (call), when the pool had no
 // connection to pick.
 func (c *Pool) shared(cmd *Command, key string, d []int64, timeout time.Duration) error {
 	cl, err := c.call(cmd, key, timeout)
-	return answered(cl, err, d)
+	return answered(cl, err, d, cmd)
 }
 
 // answered decodes the reply of cl into d and gives cl back, or returns
 // err.
-func answered(cl *call, err error, d []int64) error {
+func answered(cl *call, err error, d []int64, cmd *Command) error {
 	if err != nil {
 		return err
 	}
-	err = decode(cl.line, d)
+	err = decode(cl.line, d, cmd)
 	releaseCall(cl)
 	return err
 }

@@ -11,17 +11,21 @@ import (
 // key, mid[0], key, ..., tail. Read only once made; safe for concurrent
 // use.
 type Command struct {
-	shaHead  []byte   // "*N $7 EVALSHA $40 <sha> $len <n>" and the first key's "$len"
-	evalHead []byte   // the same with EVAL and the script
-	mid      [][]byte // key i's suffix and key i+1's "$len"
-	tail     []byte   // the last key's suffix, then interval, burst, cost of every bucket
+	shaHead  []byte                // "*N $7 EVALSHA $40 <sha> $len <n>" and the first key's "$len"
+	evalHead []byte                // the same with EVAL and the script
+	mid      [][]byte              // key i's suffix and key i+1's "$len"
+	tail     []byte                // the last key's suffix, then interval, burst, cost of every bucket
+	verify   func(d []int64) error // see NewCommand
 }
 
 // NewCommand prepares a call of script with len(suffixes) keys and args:
 // key i is the caller's key, keyLens[i] bytes long in every call, then
 // suffixes[i]. Only the caller's key changes between calls, so a call is
-// written as head, key, mid[0], key, ..., tail.
-func NewCommand(script *Script, keyLens []int, suffixes []string, args []string) *Command {
+// written as head, key, mid[0], key, ..., tail. verify, when not nil,
+// judges a reply whose first number is not 1 (a rate limiter's refusal):
+// the error it returns is the call's, as a reply no call expects is
+// (ErrBadReply). The common reply, 1 first, costs it nothing.
+func NewCommand(script *Script, keyLens []int, suffixes []string, args []string, verify func(d []int64) error) *Command {
 	n := len(suffixes)
 	keyHead := func(i int) []byte {
 		h := []byte("$")
@@ -37,7 +41,7 @@ func NewCommand(script *Script, keyLens []int, suffixes []string, args []string)
 		b = bulk(b, strconv.Itoa(n))
 		return append(b, keyHead(0)...)
 	}
-	cmd := &Command{shaHead: head("EVALSHA", script.SHA), evalHead: head("EVAL", script.Body)}
+	cmd := &Command{shaHead: head("EVALSHA", script.SHA), evalHead: head("EVAL", script.Body), verify: verify}
 	for i := 1; i < n; i++ {
 		cmd.mid = append(cmd.mid, append([]byte(suffixes[i-1]+"\r\n"), keyHead(i)...))
 	}
@@ -69,7 +73,7 @@ func appendCall(b []byte, cmd *Command, head []byte, key string) []byte {
 // numbers mean is the caller's to check. One pass and no call: the
 // interpreter's cheapest parse (fmt.Sscan boxes every target; strconv is a
 // call per number).
-func decode(line []byte, d []int64) error {
+func decode(line []byte, d []int64, cmd *Command) error {
 	end := len(line) - 2
 	if end < 2 || line[end] != '\r' {
 		return ErrBadReply
@@ -95,6 +99,9 @@ func decode(line []byte, d []int64) error {
 	}
 	if k != len(d) {
 		return ErrBadReply
+	}
+	if d[0] != 1 && cmd.verify != nil {
+		return cmd.verify(d)
 	}
 	return nil
 }

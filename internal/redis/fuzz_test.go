@@ -55,7 +55,7 @@ func FuzzExchangeReply(f *testing.F) {
 		if !strings.HasPrefix(reply, line) || !strings.HasSuffix(line, "\n") {
 			t.Fatalf("reply %q answered with line %q", reply, line)
 		}
-		err = decode(cl.line, d)
+		err = decode(cl.line, d, &Command{})
 		want, ok := decodeOracle(line, len(d))
 		if ok != (err == nil) || ok && fmt.Sprint(d) != fmt.Sprint(want) {
 			t.Fatalf("reply %q decoded as %v, %v; want ok=%v %v", reply, d, err, ok, want)

@@ -25,7 +25,7 @@ const testKey = "tg{0123456789}"
 // command is a call of testScript with one key, keyLen bytes long, and
 // three arguments: one bucket, as the plugin's for one policy.
 func command(keyLen int) *Command {
-	return NewCommand(testScript, []int{keyLen}, []string{":p"}, []string{"6", "5", "1"})
+	return NewCommand(testScript, []int{keyLen}, []string{":p"}, []string{"6", "5", "1"}, nil)
 }
 
 // clientOn returns a pool of poolSize connections to f, with checks of

@@ -5,6 +5,7 @@ package redis
 // first version of solo.
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -48,10 +49,10 @@ func TestStalledCheckKeepsItsConnection(t *testing.T) {
 func TestNineteenDigitNumbersAreDecoded(t *testing.T) {
 	line := "+1 2000000000000000000 0 9223372036854775807\r\n"
 	d := make([]int64, 4)
-	if err := decode([]byte(line), d); err != nil || d[1] != 2000000000000000000 || d[3] != 9223372036854775807 {
+	if err := decode([]byte(line), d, &Command{}); err != nil || d[1] != 2000000000000000000 || d[3] != 9223372036854775807 {
 		t.Errorf("decode(%q) = %v, %v: 19-digit numbers refused", line, d, err)
 	}
-	if err := decode([]byte("+1 9223372036854775808 0 1\r\n"), d); err == nil {
+	if err := decode([]byte("+1 9223372036854775808 0 1\r\n"), d, &Command{}); err == nil {
 		t.Error("a number past int64 decoded")
 	}
 }
@@ -108,4 +109,32 @@ func TestSoloSharesNoBufferWithSend(t *testing.T) {
 		}(g)
 	}
 	wg.Wait()
+}
+
+// A command's verify judges the replies whose first number is not 1, on
+// every path that decodes (solo here, shared and topology alike through
+// decode), and its error is the call's; a reply with 1 first is not shown
+// to it.
+func TestVerifyJudgesRefusalsOnly(t *testing.T) {
+	var seen int
+	bad := errors.New("no wait named")
+	cmd := NewCommand(testScript, []int{4}, []string{":p"}, []string{"6", "5", "1"}, func(_ []int64) error {
+		seen++
+		return bad
+	})
+	for _, tc := range []struct {
+		reply string
+		want  error
+		seen  int
+	}{
+		{"+1 3 0 2000\r\n", nil, 0},
+		{"+0 0 0 2000\r\n", bad, 1},
+	} {
+		f := redistest.StartFake(t, tc.reply)
+		c := clientOn(t, f, 200*time.Millisecond, 1)
+		seen = 0
+		if err := c.check(cmd, "abcd", make([]int64, 4), 200*time.Millisecond); err != tc.want || seen != tc.seen {
+			t.Errorf("reply %q: %v, verify called %d times; want %v, %d", tc.reply, err, seen, tc.want, tc.seen)
+		}
+	}
 }

@@ -59,7 +59,7 @@ func (rc *Client) topologyCheck(cmd *Command, key string, d []int64, timeout tim
 	if err != nil {
 		return err
 	}
-	return decode(cl.line, d)
+	return decode(cl.line, d, cmd)
 }
 
 // relearn reads the topology now for a check begun at since (monotonic
@@ -188,7 +188,7 @@ func (c *Pool) checkAsking(cmd *Command, key string, d []int64, timeout time.Dur
 	if string(pre.line) != "+OK\r\n" {
 		return ErrBadReply
 	}
-	return decode(cl.line, d)
+	return decode(cl.line, d, cmd)
 }
 
 var askingCmd = []byte("*1\r\n$6\r\nASKING\r\n")

@@ -181,10 +181,10 @@ func solo(cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration,
 	}
 	cn.mu.Lock()
 	if err != nil || cn.dead != nil || len(cn.part) > 0 || len(line) < 3 || line[0] != '+' || len(cn.queue) != 1 {
-		return true, cn.soloRest(line, err, d)
+		return true, cn.soloRest(line, err, d, cmd)
 	}
 	cl.done = true
-	err = decode(line, d)
+	err = decode(line, d, cmd)
 	cn.queue = cn.queue[:0] // cl alone: pop and release, inlined
 	atomic.StoreInt64(&cn.inflight, 0)
 	cn.reading = false
@@ -213,7 +213,7 @@ func (cn *rconn) writeFailed(cl *call) error {
 // soloRest is solo after a read that did not give its reply alone: an
 // error, another reply, calls queued behind it. Requires cn.mu held;
 // releases it.
-func (cn *rconn) soloRest(line []byte, err error, d []int64) error {
+func (cn *rconn) soloRest(line []byte, err error, d []int64, cmd *Command) error {
 	cl := &cn.soloCall
 	if cn.dead == nil && (err != nil || len(cn.part) > 0) {
 		// A read that timed out, failed, or ends a line begun before:
@@ -224,7 +224,7 @@ func (cn *rconn) soloRest(line []byte, err error, d []int64) error {
 	}
 	if err == nil && cn.dead == nil && len(line) >= 3 && line[0] == '+' {
 		cl.done = true
-		err = decode(line, d)
+		err = decode(line, d, cmd)
 		cn.pop() // cl, the head: no one else reads
 		cn.release()
 		cn.mu.Unlock()
@@ -236,7 +236,7 @@ func (cn *rconn) soloRest(line []byte, err error, d []int64) error {
 	cn.serve(cl)
 	err = cl.err
 	if err == nil {
-		err = decode(cl.line, d)
+		err = decode(cl.line, d, cmd)
 	}
 	cn.mu.Unlock()
 	return err

@@ -180,7 +180,7 @@ func TestDecodeAgreesWithFields(t *testing.T) {
 		line := b.String()
 		want, ok := decodeOracle(line, n)
 		d := make([]int64, n)
-		err := decode([]byte(line), d)
+		err := decode([]byte(line), d, &Command{})
 		if ok != (err == nil) || ok && fmt.Sprint(d) != fmt.Sprint(want) {
 			t.Fatalf("decode(%q) into %d: %v %v, want ok=%v %v", line, n, d, err, ok, want)
 		}

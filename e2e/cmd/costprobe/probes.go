@@ -393,8 +393,9 @@ func ProbeAppendCall(cmd *Command, key string, n int) {
 }
 
 func ProbeDecode(line []byte, d []int64, n int) {
+	cmd := &Command{}
 	for i := 0; i < n; i++ {
-		decode(line, d)
+		decode(line, d, cmd)
 	}
 }
 `
