@@ -282,7 +282,7 @@ func (b *backend) probeLoop() {
 		if !b.breaker.allow(ns, set.probeNS) {
 			continue // a check took this probe
 		}
-		if err := b.probe(&set); err != nil {
+		if err := b.rc.Probe(set.timeout); err != nil { // a PING on a fresh connection to every node
 			b.logFailure(b.now(), fmt.Errorf("probing: %w", err), &set)
 			continue
 		}
@@ -290,12 +290,6 @@ func (b *backend) probeLoop() {
 		log.Printf("tollgate: redis %s answers again: breaker closed, global limits restored", b.rc.Describe())
 		return
 	}
-}
-
-// probe checks that Redis answers: PING on a fresh connection, within
-// the checks' timeout, on every node in use (the topology read first).
-func (b *backend) probe(o *redisSettings) error {
-	return b.rc.Probe(o.timeout)
 }
 
 // idleFor reports whether no check used the backend for d.

@@ -23,15 +23,9 @@ import (
 func TestRegionOnACluster(t *testing.T) {
 	forEachKindBare(t, func(t *testing.T, e *env) {
 		c := startCluster(t)
-		other := startRedis(t)
 		class := "regional"
-		limit := []interface{}{"class", class, "average", 50, "period", "1s", "burst", 50}
-		eu := topoOpts(map[string]interface{}{"mode": "cluster", "endpoints": []interface{}{c.Nodes[0].Addr}, "timeout": "1s"},
-			append(limit, "region", map[string]interface{}{"name": "eu", "interval": "200ms",
-				"peers": []interface{}{map[string]interface{}{"name": "us", "endpoints": []interface{}{other.Addr}}}})...)
-		us := topoOpts(map[string]interface{}{"endpoints": []interface{}{other.Addr}, "timeout": "1s"},
-			append(limit, "region", map[string]interface{}{"name": "us", "interval": "200ms",
-				"peers": []interface{}{map[string]interface{}{"name": "eu", "mode": "cluster", "endpoints": []interface{}{c.Nodes[0].Addr}}}})...)
+		other := startRedis(t)
+		eu, us := clusterRegions(c, other, class)
 		h := e.handler(e.pod(), "eu@file", eu)
 		e.handler(e.pod(), "us@file", us)
 		waitDecidedByRedis(t, h, 5*time.Second)
@@ -80,15 +74,9 @@ func TestRegionOnACluster(t *testing.T) {
 func TestRegionOnAClusterSeveralSlots(t *testing.T) {
 	forEachKindBare(t, func(t *testing.T, e *env) {
 		c := startCluster(t)
-		other := startRedis(t)
 		class := "regional"
-		limit := []interface{}{"class", class, "average", 50, "period", "1s", "burst", 50}
-		eu := topoOpts(map[string]interface{}{"mode": "cluster", "endpoints": []interface{}{c.Nodes[0].Addr}, "timeout": "1s"},
-			append(limit, "region", map[string]interface{}{"name": "eu", "interval": "200ms",
-				"peers": []interface{}{map[string]interface{}{"name": "us", "endpoints": []interface{}{other.Addr}}}})...)
-		us := topoOpts(map[string]interface{}{"endpoints": []interface{}{other.Addr}, "timeout": "1s"},
-			append(limit, "region", map[string]interface{}{"name": "us", "interval": "200ms",
-				"peers": []interface{}{map[string]interface{}{"name": "eu", "mode": "cluster", "endpoints": []interface{}{c.Nodes[0].Addr}}}})...)
+		other := startRedis(t)
+		eu, us := clusterRegions(c, other, class)
 		he := e.handler(e.pod(), "eu@file", eu)
 		hu := e.handler(e.pod(), "us@file", us)
 		waitDecidedByRedis(t, he, 5*time.Second)
@@ -270,4 +258,18 @@ func TestRegionReadmeACL(t *testing.T) {
 		}
 		noDenials(t, []*Redis{ra, rb}, "checks and exchanges")
 	})
+}
+
+// clusterRegions are the options of two regions' middlewares of class,
+// 50 a second: eu on the Cluster c, us on the server other, each the
+// other's peer, exchanging every 200 ms.
+func clusterRegions(c *Cluster, other *Redis, class string) (eu, us map[string]interface{}) {
+	limit := []interface{}{"class", class, "average", 50, "period", "1s", "burst", 50}
+	eu = topoOpts(map[string]interface{}{"mode": "cluster", "endpoints": []interface{}{c.Nodes[0].Addr}, "timeout": "1s"},
+		append(limit, "region", map[string]interface{}{"name": "eu", "interval": "200ms",
+			"peers": []interface{}{map[string]interface{}{"name": "us", "endpoints": []interface{}{other.Addr}}}})...)
+	us = topoOpts(map[string]interface{}{"endpoints": []interface{}{other.Addr}, "timeout": "1s"},
+		append(limit, "region", map[string]interface{}{"name": "us", "interval": "200ms",
+			"peers": []interface{}{map[string]interface{}{"name": "eu", "mode": "cluster", "endpoints": []interface{}{c.Nodes[0].Addr}}}})...)
+	return eu, us
 }

@@ -1,4 +1,26 @@
+// Package redis is Tollgate's Redis client: a deployment (one server, a
+// Sentinel-managed primary, or a Cluster) as a pool of shared connections
+// per node, and one prepared script call per check.
+//
+// A caller gives a Command (NewCommand: the script, the keys' shape, the
+// arguments), a key, a decision slice and a timeout; it gets back the
+// reply's numbers in the slice, or an error it can branch on (ErrTimeout,
+// ErrBadReply, ErrQueueFull, ErrDialFailed, ErrNoRoute; Kind sorts every
+// other). A standalone server's hot path is PoolCheck on Client.Pool; a
+// topology's, Client.Check. Commands outside the checks (heartbeats, the
+// region exchange) go on a side connection per node (SideDo).
+//
+// Concurrency and lifecycle: a Client and its Pools are safe for concurrent
+// use. New starts nothing; Start dials a server's first connection or
+// learns the topology, off the caller's clock, and from then on Hooks may
+// be called from any goroutine. Every goroutine the client starts ends by
+// itself (dials within their budget, a refresh after one round of queries,
+// the sentinel watcher after a minute unused). There is no Close:
+// CloseIdle closes what is idle. The client reads no file (TLS comes
+// built in Options) and knows nothing of policies, headers or metrics.
 package redis
+
+// The client's surface: New, Start, and what its owner calls.
 
 import (
 	"sync/atomic"
@@ -12,8 +34,7 @@ import (
 func New(opts Options, hooks Hooks) *Client {
 	rc := &Client{opts: opts, hooks: hooks, now: clock.Mono}
 	if opts.Mode == Standalone {
-		rc.pool = NewPool(opts)
-		rc.pool.onDialError = func(err error) { rc.dialFailed(err) }
+		rc.pool = rc.newPool(opts.Addr)
 		return rc
 	}
 	rc.topo.nodes = make(map[string]*Pool)

@@ -40,9 +40,6 @@ func (rc *Client) loadSlots() error {
 		rc.topo.mu.Lock()
 		for _, r := range ranges {
 			c := rc.node(r.addr, true)
-			if c == nil {
-				continue
-			}
 			keep[c] = true
 			for s := r.first; s <= r.last; s++ {
 				slots[s] = c

@@ -1,5 +1,8 @@
 package redis
 
+// A Client's state: its options and hooks, its pool or its topology, and
+// how it names itself in logs.
+
 import (
 	"fmt"
 	"strings"
@@ -57,8 +60,14 @@ func (h *Hooks) refreshFailed(err error) {
 	}
 }
 
-func (rc *Client) dialFailed(err error) {
-	rc.hooks.dialFailed(err)
+// newPool returns the pool of the node at addr, its failed dials told to
+// the owner (Hooks.DialFailed).
+func (rc *Client) newPool(addr string) *Pool {
+	opts := rc.opts
+	opts.Addr = addr
+	c := NewPool(opts)
+	c.onDialError = func(err error) { rc.hooks.dialFailed(err) }
+	return c
 }
 
 // Describe names the deployment in logs.

@@ -1,5 +1,8 @@
 package redis
 
+// The nodes a topology uses: which one serves a key, new ones made on
+// first use, the ones no longer named forgotten.
+
 // route returns the client for key, or nil while the topology is unknown.
 func (rc *Client) route(key string) *Pool {
 	slot := 0
@@ -34,10 +37,7 @@ func (rc *Client) node(addr string, learnt bool) *Pool {
 		}
 		return c
 	}
-	opts := rc.opts
-	opts.Addr = addr
-	c := NewPool(opts)
-	c.onDialError = func(err error) { rc.dialFailed(err) }
+	c := rc.newPool(addr)
 	rc.topo.nodes[addr] = c
 	if !learnt {
 		rc.topo.extra = append(rc.topo.extra, addr)

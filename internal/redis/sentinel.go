@@ -45,7 +45,7 @@ func (rc *Client) setPrimary(addr string) {
 	rc.topo.mu.Lock()
 	defer rc.topo.mu.Unlock()
 	c := rc.node(addr, true)
-	if c == nil || c == rc.topo.primary {
+	if c == rc.topo.primary {
 		return
 	}
 	old := "none"

@@ -100,14 +100,10 @@ func (rc *Client) redirected(cmd *Command, key string, d []int64, line []byte, f
 	}
 	rc.topo.mu.Lock()
 	target := rc.node(addr, false)
-	if !isAsk && target != nil && rc.topo.slots != nil {
+	if !isAsk && rc.topo.slots != nil {
 		rc.topo.slots[slot] = target
 	}
 	rc.topo.mu.Unlock()
-	if target == nil {
-		rc.Refresh()
-		return errRedirect
-	}
 	if isAsk {
 		return target.checkAsking(cmd, key, d, timeout)
 	}

@@ -77,7 +77,7 @@ func (x *Exchanger) loop() {
 	}()
 	x.leadSlot = 0 // a loop started again starts as a new leader would
 	for !x.Stale() {
-		rs := x.settings()
+		rs := x.Settings()
 		iv := int64(rs.Interval)
 		slot := time.Now().UnixNano()/iv + 1
 		sleepUntil(slot*iv, iv)

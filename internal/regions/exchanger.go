@@ -85,7 +85,11 @@ func (x *Exchanger) Own() *redis.Client { return x.own }
 func (x *Exchanger) Notes() *Notes { return &x.notes }
 
 // Settings returns the latest settings.
-func (x *Exchanger) Settings() *Settings { return x.settings() }
+func (x *Exchanger) Settings() *Settings {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.rs
+}
 
 // Stats are an Exchanger's figures, for the metrics.
 type Stats struct {
@@ -104,13 +108,6 @@ func (x *Exchanger) Stats() Stats {
 		st.PeerUp = append(st.PeerUp, atomic.LoadInt32(&x.peerUp[i]) == 1)
 	}
 	return st
-}
-
-// settings returns the latest settings.
-func (x *Exchanger) settings() *Settings {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.rs
 }
 
 // Stale reports whether the loop should end: dropped, or not bound by

@@ -1,8 +1,7 @@
-package regions
-
-// Regions: a fleet in several regions, each with its own Redis, holds a
-// share of every limit, moved every interval towards where the clients'
-// traffic is. The model (the exchange that moves shares: exchange.go):
+// Package regions moves the shares of a limit between regions: a fleet in
+// several regions, each with its own Redis, holds a share of every limit,
+// moved every interval towards where the clients' traffic is. The model
+// (the exchange that moves shares: exchange.go):
 //
 //   - Each region charges its own buckets at its share s of a limit: rate
 //     times s and burst times s, in the same script and round trip as
@@ -32,6 +31,7 @@ package regions
 //     static falls to static; after 6, every share is static. The peer,
 //     losing us at the same time, does the same, so the shares' sum stays
 //     at most 1 (see silentSteps).
+package regions
 
 import (
 	"errors"
