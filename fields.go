@@ -1,5 +1,8 @@
 package tollgate
 
+// One config field parsed and checked: durations (Traefik's form or
+// bare seconds), counts, names, header names, failure modes.
+
 import (
 	"errors"
 	"fmt"

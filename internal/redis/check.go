@@ -1,5 +1,9 @@
 package redis
 
+// A check on one node: PoolCheck (the hot path: an idle connection, solo),
+// pipelined behind others, tried once more when it cannot have run, and
+// the prober's PING.
+
 import (
 	"sync/atomic"
 	"time"

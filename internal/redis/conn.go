@@ -1,5 +1,8 @@
 package redis
 
+// One connection shared by the checks in flight on it, and the calls they
+// queue on it (the writes: wire.go; the reads: reader.go).
+
 import (
 	"bufio"
 	"net"

@@ -1,5 +1,8 @@
 package redis
 
+// The errors of a check, and how they sort: what a caller counts, what
+// says a connection ended, what may be tried again.
+
 import (
 	"errors"
 	"net"

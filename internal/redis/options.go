@@ -1,5 +1,8 @@
 package redis
 
+// What a caller says of a deployment: where it is, how to reach it, the
+// script the checks run, and the dial budget its timeout gives.
+
 import (
 	"crypto/sha1"
 	"crypto/tls"
