@@ -49,6 +49,34 @@ func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policy
 	t.next.ServeHTTP(rw, req)
 }
 
+// prepared has s's deny cache prepare its answers (denyCache.refuse) when
+// a refusal from it is answered the same way every time: no shadow policy
+// (passShadow) and no region to note it to. It returns s.
+func (t *Tollgate) prepared(s *policySet) *policySet {
+	if !s.shadow && t.notes == nil {
+		s.denied.prepare = func(d []int64) *refusal { return t.refusal(s, d) }
+	}
+	return s
+}
+
+// refusal prepares answer's answer to refusal d over set from the deny
+// cache: its headers, as answer sets them, its body and its count.
+func (t *Tollgate) refusal(set *policySet, d []int64) *refusal {
+	h := http.Header{}
+	if t.set.decision != "" {
+		h[t.set.decision] = decisionValues[decidedCache]
+	}
+	if t.set.headers != 0 {
+		setHeaders(h, t.set.headers, set, d)
+	}
+	a := &refusal{body: quotaExceeded(h, set, d), counted: counter(set, d, decidedCache, metrics.Limited)}
+	for k, v := range h {
+		a.keys = append(a.keys, k)
+		a.vals = append(a.vals, v)
+	}
+	return a
+}
+
 // refuseUnavailable answers 503 when Redis is unavailable and a policy fails
 // closed.
 func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
@@ -113,9 +141,9 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 		case how == decidedLocal || how == decidedUnavailable:
 			ehow = fallbackFor(t, set.enforce, req, e)
 		case set.enforce.ownKeys:
-			ehow = decideAny(t, set.enforce, req, e)
+			ehow = decideAny(t, set.enforce, req, nil, e)
 		default:
-			ehow = decide(t, set.enforce, req, e)
+			ehow = decide(t, set.enforce, req, nil, e)
 		}
 		if ehow == decidedUnavailable || e[0] != 1 {
 			t.answer(rw, req, set.enforce, e, ehow)

@@ -19,11 +19,7 @@ func count(set *policySet, d []int64, how int) {
 	} else if d[0] != 1 {
 		res = metrics.Limited
 	}
-	i := 0 // one policy: it decided (a refusal's common case, the deny cache's)
-	if len(set.ps) > 1 {
-		i = decider(set, d, how)
-	}
-	atomic.AddInt64(&set.ps[i].m.N[how*metrics.NResults+res], 1)
+	atomic.AddInt64(counter(set, d, how, res), 1)
 	if res != metrics.Allowed {
 		return
 	}
@@ -42,6 +38,16 @@ func count(set *policySet, d []int64, how int) {
 			atomic.AddInt64(&p.m.Near, 1)
 		}
 	}
+}
+
+// counter is the count of result res of requests decided how, under the
+// policy that decided decision d (decider).
+func counter(set *policySet, d []int64, how, res int) *int64 {
+	i := 0 // one policy: it decided (a refusal's common case, the deny cache's)
+	if len(set.ps) > 1 {
+		i = decider(set, d, how)
+	}
+	return &set.ps[i].m.N[how*metrics.NResults+res]
 }
 
 // decider returns the index of the policy a request is counted under: for

@@ -23,7 +23,8 @@ const (
 	decidedRedis       = metrics.ByRedis
 	decidedLocal       = metrics.ByLocal
 	decidedUnavailable = metrics.ByUnavailable
-	decidedCache       = metrics.ByCache // a refusal from Redis still in force (denycache.go)
+	decidedCache       = metrics.ByCache    // a refusal from Redis still in force (denycache.go)
+	decidedAnswered    = metrics.NDecisions // the same, already answered from its prepared refusal
 )
 
 // decide charges the request's buckets into decision d: in Redis (under
@@ -31,14 +32,27 @@ const (
 // unavailable, in the local fallback (failure policy: see fallback.go). A
 // refusal still in force is answered from the deny cache, and one from
 // Redis is remembered there. It returns decidedUnavailable when Redis is
-// unavailable and a policy fails closed.
-func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
+// unavailable and a policy fails closed, and decidedAnswered when rw (not
+// nil) has had the cached refusal's prepared answer.
+func decide(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseWriter, d []int64) int {
 	v := req.Header[t.set.source.header]
 	if !t.set.byHeader || len(v) == 0 || v[0] == "" {
-		return decideAny(t, set, req, d)
+		return decideAny(t, set, req, rw, d)
 	}
 	key := hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])
-	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(key, d) {
+	r := notDenied
+	if atomic.LoadInt64(&set.denied.n) != 0 {
+		if r = refuseCached(set.denied, key, rw); r == refused {
+			return decidedAnswered
+		}
+	}
+	return decideKey(t, set, key, r, d)
+}
+
+// decideKey is decide for the client key of a header identity, whose
+// refusal in the deny cache is r (refuseCached's notDenied or inForce).
+func decideKey(t *Tollgate, set *policySet, key string, r int, d []int64) int {
+	if r == inForce && set.denied.lookup(key, d) {
 		if t.notes != nil {
 			noteRegion(t.notes, set.ps, key, d, true)
 		}
@@ -57,7 +71,7 @@ func decide(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 }
 
 // decideAny is decide for any client identity, sharded or not.
-func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
+func decideAny(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseWriter, d []int64) int {
 	key := clientKey(t.set.class, t.set.source.identity(req))
 	rkey := key
 	if t.set.shards > 1 {
@@ -70,11 +84,15 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
 		}
 		call = ownCall(t, set, req, rkey)
 	}
-	if atomic.LoadInt64(&set.denied.n) != 0 && set.denied.lookup(call, d) {
-		if t.notes != nil && !set.ownKeys {
-			noteRegion(t.notes, set.ps, rkey, d, true)
+	if atomic.LoadInt64(&set.denied.n) != 0 {
+		if r := refuseCached(set.denied, call, rw); r == refused {
+			return decidedAnswered
+		} else if r == inForce && set.denied.lookup(call, d) {
+			if t.notes != nil && !set.ownKeys {
+				noteRegion(t.notes, set.ps, rkey, d, true)
+			}
+			return decidedCache
 		}
-		return decidedCache
 	}
 	if redisCheck(t.be, set.cmd, call, d, &t.set.redis, t.hb) != nil {
 		if set.ownKeys {
@@ -203,7 +221,7 @@ func decideGroups(t *Tollgate, set *policySet, req *http.Request, d []int64) int
 	admittedBy := make([]bool, len(set.groups))
 	for gi, g := range set.groups {
 		gd := make([]int64, g.decisionLen)
-		ghow := decideAny(t, g, req, gd)
+		ghow := decideAny(t, g, req, nil, gd)
 		if ghow == decidedUnavailable {
 			if !g.shadow {
 				unavailable = true

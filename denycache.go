@@ -15,6 +15,7 @@ package tollgate
 // (not the local fallback's).
 
 import (
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,12 +30,16 @@ const maxDenials = 10000
 // denyCache maps client keys to their last refusal. The zero value is not
 // usable; use newDenyCache. Safe for concurrent use.
 type denyCache struct {
-	now    func() int64 // monotonic ns (internal/clock); tests inject their own
+	now    func() int64 // monotonic ns; nil: the process's (internal/clock); tests inject their own
 	max    int
 	n      int64      // len(entries), read without the lock by the hot path
 	shadow []bool     // by policy: shadow (nil: none is); see remember
 	latest int64      // the end of the latest refusal remembered, monotonic ns (atomic): see denyWatch
 	watch  *denyWatch // counts its entries for the metrics (the registry's); nil: none
+	// prepare, when not nil, prepares the answer to a refusal as it stands
+	// (lookup keeps it; refuseCached writes it): set by the middleware whose
+	// requests this cache answers.
+	prepare func(d []int64) *refusal
 
 	mu      sync.Mutex // guards entries and last
 	entries map[string]*denial
@@ -44,20 +49,52 @@ type denyCache struct {
 	last int64
 }
 
-// denial is one refusal: its decision (waits as of at) and when it ends.
+// denial is one refusal: its decision (waits as of at) and when it ends;
+// ans, when not nil, is its answer while none of the seconds it names has
+// changed (before ansUntil).
 type denial struct {
 	at, until int64 // monotonic ns
 	d         []int64
+	ans       *refusal
+	ansUntil  int64
 }
 
+// refusal is a prepared answer to a refusal from the cache: its headers
+// (keys[i]: vals[i], assigned as they are), its problem body and the
+// counter it is counted in. What a flood of refused requests costs is a
+// map lookup and this written: the refusal path allocates nothing of its
+// own (under Yaegi, every value a path computes is part of its frames).
+type refusal struct {
+	keys    []string
+	vals    [][]string
+	body    []byte
+	counted *int64
+}
+
+// Results of refuse.
+const (
+	notDenied = iota // no refusal cached for the key
+	inForce          // one is, and lookup has it
+	refused          // its prepared answer was written
+)
+
 func newDenyCache(max int) *denyCache {
-	return &denyCache{now: clock.Mono, max: max, entries: make(map[string]*denial)}
+	return &denyCache{max: max, entries: make(map[string]*denial)}
+}
+
+// mono is the cache's clock, monotonic ns: now when a test set it, else
+// the process's (internal/clock).
+func (c *denyCache) mono() int64 {
+	if c.now != nil {
+		return c.now()
+	}
+	return clock.Mono()
 }
 
 // lookup fills d with the refusal cached for key, its waits counted down to
 // now, and reports whether there is one still in force.
 func (c *denyCache) lookup(key string, d []int64) bool {
-	now := c.now()
+	now := c.mono()
 	c.mu.Lock()
 	if now < c.last {
 		now = c.last // see last
@@ -82,7 +119,62 @@ func (c *denyCache) lookup(key string, d []int64) bool {
 		d[i] = countDown(d[i], elapsed)     // wait
 		d[i+1] = countDown(d[i+1], elapsed) // until full
 	}
+	if c.prepare != nil {
+		c.keep(e, d)
+	}
 	return true
+}
+
+// refuseCached writes to rw (when not nil) the prepared answer to key's
+// refusal in c when it is still in force and up to date: the refusal
+// path's one call (a plain function: under Yaegi a method costs more).
+// Otherwise it reports whether c.lookup has a refusal for key.
+func refuseCached(c *denyCache, key string, rw http.ResponseWriter) int {
+	now := int64(time.Since(processStart)) + monoOrigin // c.mono(), inlined
+	if c.now != nil {
+		now = c.now()
+	}
+	c.mu.Lock()
+	e := c.entries[key]
+	if e == nil {
+		c.mu.Unlock()
+		return notDenied
+	}
+	if rw == nil || e.ans == nil || now >= e.ansUntil || now < c.last {
+		c.mu.Unlock()
+		return inForce
+	}
+	c.last = now
+	a := e.ans
+	c.mu.Unlock()
+	h := rw.Header()
+	for i, k := range a.keys {
+		h[k] = a.vals[i]
+	}
+	rw.WriteHeader(http.StatusTooManyRequests)
+	_, _ = rw.Write(a.body)
+	atomic.AddInt64(a.counted, 1)
+	return refused
+}
+
+// keep prepares e's answer as decision d shows it (counted down to now)
+// and keeps it until one of the seconds it names would change: the next
+// time a wait or a time until full, in whole seconds rounded up, ticks
+// down (lookup's count down, at e.at's whole elapsed ms).
+func (c *denyCache) keep(e *denial, d []int64) {
+	a := c.prepare(d)
+	until := e.until
+	for i := 2; i < len(d); i++ {
+		if m := d[i]; i%3 != 1 && m > 1000 { // waits (2+3k) and times until full (3+3k)
+			if t := e.at + (e.d[i]-((m+999)/1000-1)*1000)*int64(time.Millisecond); t < until {
+				until = t
+			}
+		}
+	}
+	c.mu.Lock()
+	e.ans = a
+	e.ansUntil = until
+	c.mu.Unlock()
 }
 
 // countDown subtracts elapsed ms from a positive duration, keeping it
@@ -118,7 +210,7 @@ func (c *denyCache) remember(key string, d []int64) {
 	if wait <= 0 {
 		return
 	}
-	now := c.now()
+	now := c.mono()
 	c.mu.Lock()
 	if now < c.last {
 		now = c.last // see last
@@ -144,7 +236,7 @@ func (c *denyCache) remember(key string, d []int64) {
 
 // prune drops the refusals no longer in force.
 func (c *denyCache) prune() {
-	now := c.now()
+	now := c.mono()
 	c.mu.Lock()
 	if now < c.last {
 		now = c.last

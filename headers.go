@@ -78,9 +78,17 @@ func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
 	}
 }
 
-// writeProblem answers with an RFC 9457 problem: status, Retry-After
-// (seconds, at least 1) and a JSON body naming the policies concerned.
+// writeProblem answers with an RFC 9457 problem (see problem).
 func writeProblem(rw http.ResponseWriter, status int, typ, title, detail string, policies []string, retryAfter int64) {
+	b := problem(rw.Header(), status, typ, title, detail, policies, retryAfter)
+	rw.WriteHeader(status)
+	_, _ = rw.Write(b)
+}
+
+// problem sets in h the headers of an RFC 9457 problem, with Retry-After
+// (seconds, at least 1), and returns its JSON body naming the policies
+// concerned.
+func problem(h http.Header, status int, typ, title, detail string, policies []string, retryAfter int64) []byte {
 	if retryAfter < 1 {
 		retryAfter = 1
 	}
@@ -104,13 +112,11 @@ func writeProblem(rw http.ResponseWriter, status int, typ, title, detail string,
 	b = append(b, `],"retry_after":`...)
 	b = append(b, ra...)
 	b = append(b, "}\n"...)
-	h := rw.Header()
 	h.Set("Retry-After", ra)
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	h.Set("Cache-Control", "no-store")
-	rw.WriteHeader(status)
-	_, _ = rw.Write(b)
+	return b
 }
 
 // violated returns the policies of a refusal (those with a wait) and the
@@ -129,13 +135,21 @@ func violated(set *policySet, d []int64) (names []string, waitMS int64) {
 
 // writeQuotaExceeded answers 429 for the policies whose wait is not zero.
 func writeQuotaExceeded(rw http.ResponseWriter, set *policySet, d []int64) {
+	b := quotaExceeded(rw.Header(), set, d)
+	rw.WriteHeader(http.StatusTooManyRequests)
+	_, _ = rw.Write(b)
+}
+
+// quotaExceeded sets in h the headers of writeQuotaExceeded's problem and
+// returns its body.
+func quotaExceeded(h http.Header, set *policySet, d []int64) []byte {
 	names, wait := violated(set, d)
 	retry := ceilSecs(wait)
 	if retry < 1 {
 		retry = 1
 	}
 	detail := "request quota exhausted for " + strings.Join(names, ", ") + "; retry after " + strconv.FormatInt(retry, 10) + " s"
-	writeProblem(rw, http.StatusTooManyRequests, problemQuota, "Too Many Requests", detail, names, retry)
+	return problem(h, http.StatusTooManyRequests, problemQuota, "Too Many Requests", detail, names, retry)
 }
 
 // writeUnavailable answers 503 for failureMode closed policies while Redis

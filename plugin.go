@@ -20,6 +20,8 @@ package tollgate
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -73,7 +75,7 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	hb, floor := t.hb, set.replicas
 	shared.metrics.Class(set.class, func(now int64) int64 { return replicasSeen(hb, floor, now) }, now)
 	if set.top != nil {
-		t.top = withHeaders(newPolicySet([]*policy{set.top}, set.keyLen), set.headers)
+		t.top = t.prepared(withHeaders(newPolicySet([]*policy{set.top}, set.keyLen), set.headers))
 		t.plain = len(set.rules) == 0 && t.top.plain && set.plans == nil && set.exempt == nil
 	}
 	return t, nil
@@ -96,10 +98,40 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		t.serveAny(rw, req)
 		return
 	}
+	v := req.Header[t.set.source.header]
+	if !t.set.byHeader || len(v) == 0 || v[0] == "" {
+		servePlain(t, rw, req, "", notDenied)
+		return
+	}
+	// A client refused from the deny cache is answered here, in this frame
+	// and refuseCached's: a flood from clients over their limit is the
+	// path that must cost least.
+	sum := sha256.Sum256([]byte(t.set.headerTag + v[0]))
+	key := keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}" // hashKey, inlined
+	r := notDenied
+	if atomic.LoadInt64(&t.top.denied.n) != 0 {
+		if r = refuseCached(t.top.denied, key, rw); r == refused {
+			return
+		}
+	}
+	servePlain(t, rw, req, key, r)
+}
+
+// servePlain is ServeHTTP's common case past the deny cache: one policy,
+// IETF headers or none, the client's key (its header identity's, or ""
+// for any other) and its refusal in the deny cache, r.
+func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key string, r int) {
 	d := make([]int64, 4) // decisionLen(1)
-	how := decide(t, t.top, req, d)
+	var how int
+	if key == "" {
+		how = decideAny(t, t.top, req, rw, d)
+	} else {
+		how = decideKey(t, t.top, key, r, d)
+	}
 	if how > decidedLocal || d[0] != 1 || d[1] < t.top.nearBelow { // near the limit: counted by answer
-		t.answer(rw, req, t.top, d, how)
+		if how != decidedAnswered {
+			t.answer(rw, req, t.top, d, how)
+		}
 		return
 	}
 	atomic.AddInt64(t.top.admitted[how], 1) // count(t.top, d, how), inlined: admitted, not near the limit
@@ -132,11 +164,15 @@ func (t *Tollgate) serveAny(rw http.ResponseWriter, req *http.Request) {
 		return
 	}
 	d := make([]int64, set.decisionLen)
+	var how int
 	if set.ownKeys {
-		t.answer(rw, req, set, d, decideAny(t, set, req, d)) // not decide's header fast path: its keys are several
-		return
+		how = decideAny(t, set, req, rw, d) // not decide's header fast path: its keys are several
+	} else {
+		how = decide(t, set, req, rw, d)
 	}
-	t.answer(rw, req, set, d, decide(t, set, req, d))
+	if how != decidedAnswered {
+		t.answer(rw, req, set, d, how)
+	}
 }
 
 // Canonical header names, for map assignment (the hot path's headers).
@@ -186,7 +222,7 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 		t.sets[mask] = nil
 		return nil
 	}
-	s := withHeaders(newPolicySet(ps, t.set.keyLen), t.set.headers)
+	s := t.prepared(withHeaders(newPolicySet(ps, t.set.keyLen), t.set.headers))
 	if s.ownKeys && t.set.redis.mode == redis.Cluster {
 		withGroups(s, t.set.keyLen)
 	}

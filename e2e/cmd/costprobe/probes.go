@@ -245,7 +245,7 @@ func ProbeStagesSetup() error {
 
 func ProbeDecide(n int) {
 	for i := 0; i < n; i++ {
-		decide(probeT, probeT.top, probeReq, probeD)
+		decide(probeT, probeT.top, probeReq, nil, probeD)
 	}
 }
 
@@ -308,7 +308,7 @@ func ProbeDecideOpen(n int) {
 	atomic.StoreInt32(&b.probing, 1)
 	atomic.StoreInt64(&b.breaker.nextProbe, probeMono()+int64(time.Hour))
 	for i := 0; i < n; i++ {
-		decide(probeT, probeT.top, probeReq, probeD)
+		decide(probeT, probeT.top, probeReq, nil, probeD)
 	}
 	atomic.StoreInt64(&b.breaker.nextProbe, 0)
 	atomic.StoreInt32(&b.probing, 0)
