@@ -138,6 +138,11 @@ func main() {
 			res.rateOf = *rateOf
 		}
 		res.rate = fr
+		if fr > res.rps["tollgate"][rep-1] {
+			res.rateOverTollgate++
+			fmt.Printf("fixed %5.0f req/s:     above Tollgate's saturation in this run (%.0f req/s): its latency is queueing\n",
+				fr, res.rps["tollgate"][rep-1])
+		}
 		for _, rt := range routes {
 			fixedRate(b.traefik.URL("/"+rt), fr, time.Second, 64, *keys) // warm-up
 			lat, errs := fixedRate(b.traefik.URL("/"+rt), fr, *fixedDur, 64, *keys)

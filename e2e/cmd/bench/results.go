@@ -62,6 +62,7 @@ type results struct {
 	vsMinimal, vsRedis    [2]stat // Tollgate's throughput over theirs, each run's
 	p99VsRedis            stat    // Tollgate's added p99 over Traefik redis's, at the fixed rate
 	p99VsRedisSkipped     int     // runs where Traefik redis's added p99 was not positive
+	rateOverTollgate      int     // runs where rate was above Tollgate's saturation
 }
 
 func newResults() *results {
@@ -132,7 +133,7 @@ func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Dura
 		row("Traefik CPU allocating (mallocgc, GC excluded), "+name+" (%)", res.allocShare[pass], 1, false)
 	}
 	b.WriteString("\n" + references(res))
-	b.WriteString("\nAllocations: Traefik's runtime.MemStats (expvar, /debug/vars) TotalAlloc and Mallocs over each saturation run, divided by the requests wrk completed; \"added\" subtracts no middleware's in the same run. GC share: a CPU profile of Traefik (/debug/pprof/profile) over each saturation run but its first and last second; a sample is GC's when its stack holds a background mark worker, a mark assist, a write-barrier flush, sweeping, the scavenger or a GC phase change (gcFuncs in e2e/cmd/bench/alloc.go); allocating is runtime.mallocgc outside those.\n")
+	b.WriteString("\nAllocations: Traefik's runtime.MemStats (expvar, /debug/vars) TotalAlloc and Mallocs over each saturation run, divided by the requests wrk completed; \"added\" subtracts no middleware's in the same run (negative when refusals, which skip the proxy to the backend, allocate less than a proxied request). GC share: a CPU profile of Traefik (/debug/pprof/profile) over each saturation run but its first and last second; a sample is GC's when its stack holds a background mark worker, a mark assist, a write-barrier flush, sweeping, the scavenger or a GC phase change (gcFuncs in e2e/cmd/bench/alloc.go); allocating is runtime.mallocgc outside those.\n")
 	fmt.Fprintf(&b, "\nNon-2xx responses in the nothing-rejected runs: %d; failed requests in the fixed-rate runs: %d; in the sequential runs (errors and non-2xx): %d.\n", res.non2xxAdmit, res.errsFixed, res.errsSeq)
 	return b.String()
 }
@@ -157,6 +158,10 @@ func references(res *results) string {
 	if res.p99VsRedisSkipped > 0 {
 		fmt.Fprintf(&b, " (%d runs left out: %s's added p99 was not above 0)", res.p99VsRedisSkipped, labels["redis"])
 	}
-	b.WriteString(".\n")
+	b.WriteString(".")
+	if res.rateOverTollgate > 0 {
+		fmt.Fprintf(&b, " In %d runs this rate was above Tollgate's saturation: its latency there is mostly queueing.", res.rateOverTollgate)
+	}
+	b.WriteString("\n")
 	return b.String()
 }

@@ -49,19 +49,21 @@ func CreateConfig() *Config {
 
 // script takes one token from the bucket KEYS[1] and replies 1 (admitted)
 // or 0 (refused). ARGV: refill rate in tokens per millisecond, burst,
-// the key's time to live in milliseconds. The bucket is a hash: v (tokens)
-// and t (Redis TIME, ms, of the last take).
-const script = `local rate, burst, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+// the key's time to live in milliseconds. The bucket is a string, "v t":
+// its tokens and the Redis TIME (ms) of its last take.
+const script = `local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local b = redis.call('HMGET', KEYS[1], 'v', 't')
-local v, last = tonumber(b[1]), tonumber(b[2])
-if v == nil or last == nil then v, last = burst, now end
+local v, last = burst, now
+local s = redis.call('GET', KEYS[1])
+if s then
+  local a, b = string.match(s, '^(%S+) (%S+)$')
+  v, last = tonumber(a) or burst, tonumber(b) or now
+end
 if now < last then last = now end
 v = math.min(burst, v + (now - last) * rate)
 if v < 1 then return 0 end
-redis.call('HSET', KEYS[1], 'v', tostring(v - 1), 't', tostring(now))
-redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('SET', KEYS[1], tostring(v - 1) .. ' ' .. tostring(now), 'PX', ARGV[3])
 return 1
 `
 
