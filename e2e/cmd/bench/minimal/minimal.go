@@ -72,7 +72,8 @@ return 1
 const keyPrefix = "tg{"
 
 // Minimal is the middleware. Its connections are a stack guarded by mu,
-// dialed when it is empty; a connection that errs is closed, not returned.
+// dialed when it is empty (no bound: as many as requests in flight); a
+// connection that errs is closed, not returned.
 type Minimal struct {
 	mu         sync.Mutex
 	conns      []*conn
