@@ -9,16 +9,17 @@ import (
 	"github.com/tollgate-dev/tollgate/e2e"
 )
 
-var routes = []string{"none", "inmem", "redis", "tollgate"}
+var routes = []string{"none", "inmem", "redis", "tollgate", "minimal"}
 
 var labels = map[string]string{
 	"none":     "no middleware",
 	"inmem":    "Traefik rateLimit (memory)",
 	"redis":    "Traefik rateLimit (redis)",
 	"tollgate": "Tollgate",
+	"minimal":  "minimal plugin (1 round trip)",
 }
 
-// limits is one pass's configuration of the three limiters.
+// limits is one pass's configuration of the four limiters.
 type limits struct {
 	average int64
 	period  string
@@ -57,6 +58,9 @@ func dynamicConf(redisAddr string, l limits) map[string]interface{} {
 				"average": l.average, "period": l.period, "burst": l.burst, "sourceCriterion": source,
 				"redis": map[string]interface{}{"endpoints": []interface{}{redisAddr}},
 			}}},
+			"minimal-limit": map[string]interface{}{"plugin": map[string]interface{}{"minimal": map[string]interface{}{
+				"average": l.average, "period": l.period, "burst": l.burst, "redis": redisAddr,
+			}}},
 		},
 	}}
 }
@@ -69,26 +73,35 @@ type bench struct {
 	script  string // wrk Lua script
 	wrkDur  time.Duration
 	conns   int
+	gc      bool        // profile every saturation run (profiles)
+	profile string      // -profile: where /tollgate's first admitted run's profile goes
+	prof    []cpuSample // the profiles taken, in order
 }
 
-// apply writes l and waits until Tollgate answers with it.
+// apply writes l and waits until both plugins answer with it (a fresh key
+// each probe, so that the probe is admitted whatever the limits).
 func (b *bench) apply(l limits) error {
 	if err := b.fleet.WriteDynamic(dynamicConf(b.redis.Addr, l)); err != nil {
 		return err
 	}
 	want := fmt.Sprintf(";q=%d;", l.average)
 	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		req, _ := http.NewRequest("GET", b.traefik.URL("/tollgate"), nil)
-		req.Header.Set("X-API-Key", "apply-probe")
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if strings.Contains(resp.Header.Get("RateLimit-Policy"), want) {
-				time.Sleep(500 * time.Millisecond)
-				return nil
+	for _, rt := range []string{"/tollgate", "/minimal"} {
+		for {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("configuration %+v not applied to %s", l, rt)
 			}
+			req, _ := http.NewRequest("GET", b.traefik.URL(rt), nil)
+			req.Header.Set("X-API-Key", fmt.Sprintf("apply-probe-%d", time.Now().UnixNano()))
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+				if strings.Contains(resp.Header.Get("RateLimit-Policy"), want) {
+					break
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("configuration %+v not applied", l)
+	time.Sleep(500 * time.Millisecond)
+	return nil
 }

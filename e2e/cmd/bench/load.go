@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,21 +26,44 @@ type wrkResult struct {
 	redisCmds    int64
 	redisBytes   int64
 	redisScripts int64
-	tgConns      int // connections named tollgate, sampled during the run
-	otherConns   int // the others (Traefik's Redis limiter's), sampled alike
+	tgConns      int      // connections named tollgate, sampled during the run
+	minConns     int      // named minimal (the reference limiter's), sampled alike
+	otherConns   int      // the others (Traefik's Redis limiter's), sampled alike
+	alloc        memStats // Traefik's allocations over the run
+	allocOK      bool     // alloc was read
 }
 
 // redisConns counts Redis's connected clients: Tollgate's (CLIENT SETNAME
-// tollgate) and the others, this query's excepted; -1 when it cannot.
-func (b *bench) redisConns() (tollgate, others int) {
-	tollgate, others, err := b.redis.ClientsNamed("tollgate")
+// tollgate), the reference limiter's (minimal) and the others, this query's
+// excepted; -1 when it cannot.
+func (b *bench) redisConns() (tollgate, minimal, others int) {
+	v, err := b.redis.Do("CLIENT", "LIST")
 	if err != nil {
-		return -1, -1
+		return -1, -1, -1
 	}
-	return tollgate, others
+	var list string
+	switch x := v.(type) {
+	case []byte:
+		list = string(x)
+	case string:
+		list = x
+	}
+	for _, l := range strings.Split(list, "\n") {
+		switch {
+		case strings.TrimSpace(l) == "" || strings.Contains(l, "cmd=client|list"):
+		case strings.Contains(l, " name=tollgate "):
+			tollgate++
+		case strings.Contains(l, " name=minimal "):
+			minimal++
+		default:
+			others++
+		}
+	}
+	return tollgate, minimal, others
 }
 
-// saturate runs wrk against route and records Redis's counters around it.
+// saturate runs wrk against route and records Redis's counters and
+// Traefik's allocations around it.
 func (b *bench) saturate(route string) (wrkResult, error) {
 	return b.saturateWith(route, b.conns)
 }
@@ -52,7 +76,7 @@ func (b *bench) saturateWith(route string, conns int) (wrkResult, error) {
 	go func() {
 		defer close(sampled)
 		time.Sleep(b.wrkDur * 6 / 10)
-		r.tgConns, r.otherConns = b.redisConns()
+		r.tgConns, r.minConns, r.otherConns = b.redisConns()
 	}()
 	defer func() { <-sampled }()
 	before, err := b.redis.Info("stats")
@@ -60,16 +84,22 @@ func (b *bench) saturateWith(route string, conns int) (wrkResult, error) {
 		return r, err
 	}
 	s0, _ := b.redis.ScriptCalls()
+	m0, err0 := b.memStats()
 	cmd := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), "-d"+b.wrkDur.String(), "-s", b.script, b.traefik.URL("/"+route))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return r, fmt.Errorf("wrk: %v\n%s", err, out)
 	}
+	m1, err1 := b.memStats()
 	after, err := b.redis.Info("stats")
 	if err != nil {
 		return r, err
 	}
 	s1, _ := b.redis.ScriptCalls()
+	if err0 == nil && err1 == nil {
+		r.alloc = memStats{TotalAlloc: m1.TotalAlloc - m0.TotalAlloc, Mallocs: m1.Mallocs - m0.Mallocs}
+		r.allocOK = true
+	}
 	m := wrkRPS.FindSubmatch(out)
 	t := wrkTotal.FindSubmatch(out)
 	if m == nil || t == nil {

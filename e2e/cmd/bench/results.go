@@ -49,8 +49,20 @@ type results struct {
 	memKeys                map[string]stat
 	conns64, conns512      map[string]stat // Redis connections during saturation
 	rate                   float64
+	rateOf                 string // the route whose saturation, halved, is rate ("" when -rate set it)
 	non2xxAdmit, errsFixed int64
 	errsSeq                int64
+
+	// Per pass (admitted, refused): Traefik's allocations per request
+	// (KB, objects), the same minus no middleware's in the same run, and the
+	// share of CPU samples in GC and in allocation (percent).
+	allocKB, allocKBAdded [2]map[string]stat
+	mallocs, mallocsAdded [2]map[string]stat
+	gcShare, allocShare   [2]map[string]stat
+	vsMinimal, vsRedis    [2]stat // Tollgate's throughput over theirs, each run's
+	p99VsRedis            stat    // Tollgate's added p99 over Traefik redis's, at the fixed rate
+	p99VsRedisSkipped     int     // runs where Traefik redis's added p99 was not positive
+	rateOverTollgate      int     // runs where rate was above Tollgate's saturation
 }
 
 func newResults() *results {
@@ -58,14 +70,21 @@ func newResults() *results {
 	return &results{rps: m(), rpsReject: m(), ratio: m(), ratioReject: m(), p50: m(), p99: m(), p999: m(),
 		raw50: m(), raw99: m(), raw999: m(), seq50: m(), seq99: m(), seqRaw50: m(), seqRaw99: m(),
 		cmds: m(), bytes: m(), scripts: m(), cmdsRej: m(), bytesRej: m(),
-		memPerKey: m(), memUsage: m(), memKeys: m(), conns64: m(), conns512: m()}
+		memPerKey: m(), memUsage: m(), memKeys: m(), conns64: m(), conns512: m(),
+		allocKB: [2]map[string]stat{m(), m()}, allocKBAdded: [2]map[string]stat{m(), m()},
+		mallocs: [2]map[string]stat{m(), m()}, mallocsAdded: [2]map[string]stat{m(), m()},
+		gcShare: [2]map[string]stat{m(), m()}, allocShare: [2]map[string]stat{m(), m()}}
 }
 
 func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Duration, seq, conns, keys, memKeys int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n\nEach figure: median [min–max] of %d runs. Load: %d API keys (X-API-Key). Saturation: `wrk -t2 -c%d -d%s`. Fixed rate: %.0f requests/s for %s from 64 connections, latency timed from when each request was due (coordinated omission corrected). Sequential: one client on one keep-alive connection sends %d requests one after another (after %d to warm up), nothing else running, each timed from sending to the end of its reply.\n\n",
 		machine, reps, keys, conns, wrkDur, res.rate, fixedDur, seq, seqWarmup)
-	b.WriteString("| | no middleware | Traefik rateLimit (memory) | Traefik rateLimit (redis) | Tollgate |\n|---|---|---|---|---|\n")
+	b.WriteString("|")
+	for _, rt := range routes {
+		b.WriteString(" | " + labels[rt])
+	}
+	b.WriteString(" |\n|---" + strings.Repeat("|---", len(routes)) + "|\n")
 	row := func(name string, m map[string]stat, prec int, skipNone bool) {
 		fmt.Fprintf(&b, "| %s |", name)
 		for _, rt := range routes {
@@ -103,6 +122,46 @@ func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Dura
 		row("Redis memory per key, used_memory delta (B)", res.memPerKey, 0, true)
 		row("Redis memory per key, MEMORY USAGE (B)", res.memUsage, 0, true)
 	}
+	for pass, name := range []string{"nothing rejected", "almost all rejected"} {
+		row("Traefik heap allocated per request, "+name+" (KB)", res.allocKB[pass], 2, false)
+		row("… added to no middleware (KB)", res.allocKBAdded[pass], 2, true)
+		row("Traefik heap objects allocated per request, "+name, res.mallocs[pass], 1, false)
+		row("… added to no middleware", res.mallocsAdded[pass], 1, true)
+	}
+	for pass, name := range []string{"nothing rejected", "almost all rejected"} {
+		row("Traefik CPU in GC at saturation, "+name+" (% of samples)", res.gcShare[pass], 1, false)
+		row("Traefik CPU allocating (mallocgc, GC excluded), "+name+" (%)", res.allocShare[pass], 1, false)
+	}
+	b.WriteString("\n" + references(res))
+	b.WriteString("\nAllocations: Traefik's runtime.MemStats (expvar, /debug/vars) TotalAlloc and Mallocs over each saturation run, divided by the requests wrk completed; \"added\" subtracts no middleware's in the same run (negative when refusals, which skip the proxy to the backend, allocate less than a proxied request). GC share: a CPU profile of Traefik (/debug/pprof/profile) over each saturation run but its first and last second (every route's run is profiled alike; -gc=false turns it off); a sample is GC's when its stack holds a background mark worker, a mark assist, a write-barrier flush, sweeping, the scavenger or a GC phase change (gcFuncs in e2e/cmd/bench/alloc.go); allocating is runtime.mallocgc outside those.\n")
 	fmt.Fprintf(&b, "\nNon-2xx responses in the nothing-rejected runs: %d; failed requests in the fixed-rate runs: %d; in the sequential runs (errors and non-2xx): %d.\n", res.non2xxAdmit, res.errsFixed, res.errsSeq)
+	return b.String()
+}
+
+// references is Tollgate against the two one-round-trip limiters: the
+// minimal plugin (what the interpreter costs it, its features aside) and
+// Traefik's redis limiter. Each run's ratio is taken within the run.
+func references(res *results) string {
+	var b strings.Builder
+	b.WriteString("| Tollgate against | nothing rejected | almost all rejected |\n|---|---|---|\n")
+	fmt.Fprintf(&b, "| throughput, Tollgate / %s | %s | %s |\n", labels["minimal"],
+		fmtStat(res.vsMinimal[admitted], 2), fmtStat(res.vsMinimal[refused], 2))
+	fmt.Fprintf(&b, "| throughput, Tollgate / %s | %s | %s |\n", labels["redis"],
+		fmtStat(res.vsRedis[admitted], 2), fmtStat(res.vsRedis[refused], 2))
+	of := "set by -rate"
+	if res.rateOf != "" {
+		of = "half of " + labels[res.rateOf] + "'s saturation in the first run"
+	}
+	fmt.Fprintf(&b, "\nAt %.0f requests/s (%s): added p99, Tollgate %s ms, %s %s ms; Tollgate / %s %s",
+		res.rate, of, fmtStat(res.p99["tollgate"], 3), labels["redis"], fmtStat(res.p99["redis"], 3), labels["redis"],
+		fmtStat(res.p99VsRedis, 2))
+	if res.p99VsRedisSkipped > 0 {
+		fmt.Fprintf(&b, " (%d runs left out: %s's added p99 was not above 0)", res.p99VsRedisSkipped, labels["redis"])
+	}
+	b.WriteString(".")
+	if res.rateOverTollgate > 0 {
+		fmt.Fprintf(&b, " In %d runs this rate was above Tollgate's saturation: its latency there is mostly queueing.", res.rateOverTollgate)
+	}
+	b.WriteString("\n")
 	return b.String()
 }

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// The saturation passes: admitted (limits that admit all) and refused
+// (limits that refuse almost all), index 0 and 1 of results' per-pass
+// figures.
+const (
+	admitted = 0
+	refused  = 1
+)
+
+var passNames = [2]string{"admit", "refuse"}
+
+// cpuSample is one CPU profile taken during a saturation run.
+type cpuSample struct {
+	pass, rep int
+	route     string
+	path      string
+}
+
+// saturation runs wrk on every route, in rep, with the limits of pass
+// already applied, and records into res: throughput, Redis's cost, Traefik's
+// allocations per request, and (with b.gc) a CPU profile of each run.
+func (b *bench) saturation(res *results, pass, rep int) error {
+	kb, mallocs := map[string]float64{}, map[string]float64{} // this rep's, per request
+	for _, rt := range routes {
+		path := ""
+		switch {
+		case b.gc:
+			path = filepath.Join(b.dir, fmt.Sprintf("cpu-%s-%s-%d.pprof", passNames[pass], rt, rep))
+		case b.profile != "" && pass == admitted && rep == 1 && rt == "tollgate":
+			path = b.profile
+		}
+		var prof chan error
+		if path != "" {
+			prof = make(chan error, 1)
+			go func() { prof <- b.cpuProfile(path, b.wrkDur-2*time.Second) }()
+		}
+		w, err := b.saturate(rt)
+		if err != nil {
+			return err
+		}
+		if prof != nil {
+			if err := <-prof; err != nil {
+				log.Printf("profile: %v", err)
+			} else if b.gc {
+				b.prof = append(b.prof, cpuSample{pass: pass, rep: rep, route: rt, path: path})
+				if b.profile != "" && pass == admitted && rep == 1 && rt == "tollgate" {
+					if err := copyFile(path, b.profile); err != nil {
+						log.Printf("profile: %v", err)
+					}
+				}
+			}
+		}
+		perReq := func(n int64) float64 { return float64(n) / float64(w.requests) }
+		withRedis := rt == "redis" || rt == "tollgate" || rt == "minimal"
+		if pass == admitted {
+			res.rps[rt] = append(res.rps[rt], w.rps)
+			res.non2xxAdmit += w.non2xx
+			switch rt {
+			case "tollgate":
+				res.conns64[rt] = append(res.conns64[rt], float64(w.tgConns))
+			case "minimal":
+				res.conns64[rt] = append(res.conns64[rt], float64(w.minConns))
+			case "redis":
+				res.conns64[rt] = append(res.conns64[rt], float64(w.otherConns))
+			}
+			if w.requests > 0 && withRedis {
+				res.cmds[rt] = append(res.cmds[rt], perReq(w.redisCmds))
+				res.bytes[rt] = append(res.bytes[rt], perReq(w.redisBytes))
+				res.scripts[rt] = append(res.scripts[rt], perReq(w.redisScripts))
+			}
+		} else {
+			res.rpsReject[rt] = append(res.rpsReject[rt], w.rps)
+			if w.requests > 0 && withRedis {
+				res.cmdsRej[rt] = append(res.cmdsRej[rt], perReq(w.redisCmds))
+				res.bytesRej[rt] = append(res.bytesRej[rt], perReq(w.redisBytes))
+			}
+		}
+		alloc := ""
+		if w.allocOK && w.requests > 0 {
+			kb[rt] = float64(w.alloc.TotalAlloc) / float64(w.requests) / 1024
+			mallocs[rt] = float64(w.alloc.Mallocs) / float64(w.requests)
+			res.allocKB[pass][rt] = append(res.allocKB[pass][rt], kb[rt])
+			res.mallocs[pass][rt] = append(res.mallocs[pass][rt], mallocs[rt])
+			alloc = fmt.Sprintf(", Traefik %.2f KB in %.0f allocations per request", kb[rt], mallocs[rt])
+		}
+		if pass == admitted {
+			fmt.Printf("saturation, admit all:  %-30s %8.0f req/s (%d non-2xx), Redis %.2f cmds (%.2f scripts), %.0f bytes per request%s\n",
+				labels[rt], w.rps, w.non2xx, perReq(w.redisCmds), perReq(w.redisScripts), perReq(w.redisBytes), alloc)
+		} else {
+			fmt.Printf("saturation, reject most: %-29s %8.0f req/s (%.0f%% rejected)%s\n", labels[rt], w.rps,
+				100*float64(w.non2xx)/float64(w.requests), alloc)
+		}
+	}
+	// Figures within the rep: ratios, and what a route adds to none.
+	rps, ratio := res.rps, res.ratio
+	if pass == refused {
+		rps, ratio = res.rpsReject, res.ratioReject
+	}
+	for _, rt := range routes {
+		ratio[rt] = append(ratio[rt], rps[rt][rep-1]/rps["none"][rep-1])
+	}
+	res.vsMinimal[pass] = append(res.vsMinimal[pass], rps["tollgate"][rep-1]/rps["minimal"][rep-1])
+	res.vsRedis[pass] = append(res.vsRedis[pass], rps["tollgate"][rep-1]/rps["redis"][rep-1])
+	fmt.Printf("throughput, %s: Tollgate / minimal %.2f, Tollgate / Traefik redis %.2f\n", passNames[pass],
+		res.vsMinimal[pass][rep-1], res.vsRedis[pass][rep-1])
+	for _, rt := range routes {
+		if _, ok := kb["none"]; !ok {
+			break // a read of /debug/vars failed
+		}
+		if _, ok := kb[rt]; ok {
+			res.allocKBAdded[pass][rt] = append(res.allocKBAdded[pass][rt], kb[rt]-kb["none"])
+			res.mallocsAdded[pass][rt] = append(res.mallocsAdded[pass][rt], mallocs[rt]-mallocs["none"])
+		}
+	}
+	return nil
+}
+
+// cpuShares reads every profile taken into res's GC and allocation shares
+// (percent), after the runs so that go tool pprof takes no CPU from them.
+func (b *bench) cpuShares(res *results) {
+	for _, p := range b.prof {
+		gc, alloc, err := cpuShares(p.path)
+		if err != nil {
+			log.Printf("profile %s: %v", p.path, err)
+			continue
+		}
+		res.gcShare[p.pass][p.route] = append(res.gcShare[p.pass][p.route], 100*gc)
+		res.allocShare[p.pass][p.route] = append(res.allocShare[p.pass][p.route], 100*alloc)
+	}
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o644)
+}
