@@ -90,10 +90,10 @@ func PoolCheck(c *Pool, cmd *Command, key string, d []int64, timeout time.Durati
 // the hot path at saturation); a failure goes on in failedOn.
 func pipelined(c *Pool, cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration) error {
 	cl := newCall()
-	err := cn.send(nil, cl, nil, cmd, cmd.shaHead, key, timeout, c.now)
+	err := send(cn, nil, cl, nil, cmd, cmd.shaHead, key, timeout, c.now)
 	if err == nil || cl.done {
 		cn.mu.Lock()
-		cn.await(cl)
+		await(cn, cl)
 		cn.mu.Unlock()
 		err = cl.err
 	}

@@ -41,10 +41,10 @@ func FuzzExchangeReply(f *testing.F) {
 		cn := newConn(client)
 		cl := newCall()
 		d := make([]int64, 4)
-		err := cn.send(nil, cl, nil, cmd, cmd.shaHead, testKey, 100*time.Millisecond, time.Now)
+		err := send(cn, nil, cl, nil, cmd, cmd.shaHead, testKey, 100*time.Millisecond, time.Now)
 		if err == nil {
 			cn.mu.Lock()
-			cn.await(cl)
+			await(cn, cl)
 			cn.mu.Unlock()
 			err = cl.err
 		}

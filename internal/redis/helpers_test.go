@@ -50,11 +50,11 @@ func awaitShort(t *testing.T, cn *rconn) (time.Duration, error) {
 	t.Helper()
 	short := newCall()
 	start := time.Now()
-	if err := cn.send(nil, short, pingCmd, nil, nil, "", 5*time.Millisecond, time.Now); err != nil {
+	if err := send(cn, nil, short, pingCmd, nil, nil, "", 5*time.Millisecond, time.Now); err != nil {
 		t.Fatal(err)
 	}
 	cn.mu.Lock()
-	cn.await(short)
+	await(cn, short)
 	cn.mu.Unlock()
 	return time.Since(start), short.err
 }

@@ -27,7 +27,7 @@ func TestPickedConnectionIsNotPrunedUnderItsCheck(t *testing.T) {
 	c.mu.Unlock()
 	// busy carries a call in flight (its reply unread), so the first idle
 	// connection the scan finds is idle, the second one.
-	if err := busy.send(nil, newCall(), pingCmd, nil, nil, "", time.Second, time.Now); err != nil {
+	if err := send(busy, nil, newCall(), pingCmd, nil, nil, "", time.Second, time.Now); err != nil {
 		t.Fatal(err)
 	}
 	ns := clock.Mono()

@@ -13,11 +13,11 @@ import (
 
 // await returns once cl is done, reading replies when no other check
 // does. Requires cn.mu held; returns with it held.
-func (cn *rconn) await(cl *call) {
+func await(cn *rconn, cl *call) {
 	for !cl.done {
 		if !cn.reading {
 			cn.reading = true
-			cn.serve(cl)
+			serve(cn, cl)
 			continue
 		}
 		cl.waiting = true
@@ -30,7 +30,7 @@ func (cn *rconn) await(cl *call) {
 // serve reads replies as the reader until me is done and nothing more is
 // buffered, then passes the reading on. Requires cn.mu held and the
 // reading role taken; returns with cn.mu held and the role released.
-func (cn *rconn) serve(me *call) {
+func serve(cn *rconn, me *call) {
 	for len(cn.queue) > 0 && (!me.done || cn.br.Buffered() > 0) {
 		// The deadline is set under the lock: a call written meanwhile with
 		// an earlier one lowers it (send).

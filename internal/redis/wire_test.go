@@ -115,12 +115,12 @@ func TestShortTimeoutIsNotHeldByALongerOne(t *testing.T) {
 	// the 500 ms check's deadline written before it.
 	cn := silentConn(t)
 	long := newCall()
-	if err := cn.send(nil, long, pingCmd, nil, nil, "", 500*time.Millisecond, time.Now); err != nil {
+	if err := send(cn, nil, long, pingCmd, nil, nil, "", 500*time.Millisecond, time.Now); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
 		cn.mu.Lock()
-		cn.await(long)
+		await(cn, long)
 		cn.mu.Unlock()
 	}()
 	time.Sleep(5 * time.Millisecond)
