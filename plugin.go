@@ -122,11 +122,16 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 // for any other) and its refusal in the deny cache, r.
 func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key string, r int) {
 	d := make([]int64, 4) // decisionLen(1)
-	var how int
+	how := decidedRedis
+	// decideKey's common case inlined (a frame fewer: 0.9 KB under Yaegi).
 	if key == "" {
 		how = decideAny(t, t.top, req, rw, d)
-	} else {
+	} else if r == inForce || t.notes != nil {
 		how = decideKey(t, t.top, key, r, d)
+	} else if redisCheck(t.be, t.top.cmd, key, d, &t.set.redis, t.hb) != nil {
+		how = fallback(t, t.top, key, d)
+	} else if d[0] != 1 {
+		t.top.denied.remember(key, d)
 	}
 	if how > decidedLocal || d[0] != 1 || d[1] < t.top.nearBelow { // near the limit: counted by answer
 		if how != decidedAnswered {
