@@ -100,7 +100,9 @@ func pipelined(c *Pool, cn *rconn, cmd *Command, key string, d []int64, timeout 
 	if err != nil {
 		return c.failedOn(cn, err, cmd, key, d, timeout)
 	}
-	return answered(cl, nil, d, cmd)
+	err = decode(cl.line, d, cmd) // answered, inlined
+	releaseCall(cl)
+	return err
 }
 
 // failedOn goes on after a check on cn (solo or pipelined) failed with

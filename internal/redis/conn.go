@@ -69,6 +69,8 @@ type rconn struct {
 // call is one request on a connection and, once done, its reply line (a
 // status line: the decision, +PONG, +OK) or its error. Fields are guarded
 // by the connection's mu; line and err are read by the caller once done.
+// A call's fields are reset one by one by releaseCall: a new field is
+// reset there too.
 type call struct {
 	sent     int64 // monotonic ns (internal/clock) when its write returned; 0 until then
 	timeout  int64 // ns: its budget, from sent or from the reply before it
@@ -98,11 +100,13 @@ func newCall() *call {
 // releaseCall gives cl back for reuse: only a call that was answered (its
 // reply read, so out of the queue) and whose check is done with it.
 func releaseCall(cl *call) {
-	wake := cl.wake
-	line := cl.line[:0]
-	*cl = call{}
-	cl.wake = wake
-	cl.line = line
+	cl.sent = 0 // field by field: under Yaegi, call{} would be a value more to allocate
+	cl.timeout = 0
+	cl.deadline = 0
+	cl.line = cl.line[:0]
+	cl.err = nil
+	cl.done = false
+	cl.waiting = false
 	calls.Put(cl)
 }
 

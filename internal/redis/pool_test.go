@@ -80,3 +80,19 @@ func TestLostConnectionDoesNotWaitForTheHeartbeat(t *testing.T) {
 		t.Fatal("the heartbeat's connection was not marked for closing")
 	}
 }
+
+// A released call is a fresh one but for its channel and line buffer: a
+// reused call that kept a deadline, a reply or an error would end the next
+// check that takes it.
+func TestReleasedCallIsFresh(t *testing.T) {
+	wake := make(chan struct{}, 1)
+	line := make([]byte, 1, 16)
+	cl := &call{sent: 1, timeout: 2, deadline: 3, line: line, err: ErrTimeout, done: true, waiting: true, wake: wake}
+	releaseCall(cl)
+	if cl.sent != 0 || cl.timeout != 0 || cl.deadline != 0 || len(cl.line) != 0 || cl.err != nil || cl.done || cl.waiting {
+		t.Fatalf("released call: %+v; want it reset", cl)
+	}
+	if cl.wake != wake || cap(cl.line) != 16 {
+		t.Fatal("released call: its channel or line buffer was not kept")
+	}
+}

@@ -62,8 +62,15 @@ func serve(cn *rconn, me *call) {
 		cn.queue[0] = nil
 		cn.queue = cn.queue[1:]
 		atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
-		if next := cn.queue; len(next) > 0 && !next[0].done && next[0].deadline != 0 {
-			extendTo(next[0], int64(time.Since(processStart))+monoOrigin)
+		if next := cn.queue; len(next) > 0 && !next[0].done && next[0].deadline != 0 { // extendTo, inlined
+			nx := next[0]
+			dl := int64(time.Since(processStart)) + monoOrigin + nx.timeout
+			if last := nx.sent + queueWait*nx.timeout; dl > last {
+				dl = last
+			}
+			if dl > nx.deadline {
+				nx.deadline = dl
+			}
 		}
 		if !cl.done {
 			cl.line = append(cl.line[:0], line...)
