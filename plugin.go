@@ -98,20 +98,17 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		t.serveAny(rw, req)
 		return
 	}
-	v := req.Header[t.set.source.header]
-	if !t.set.byHeader || len(v) == 0 || v[0] == "" {
-		servePlain(t, rw, req, "", notDenied)
-		return
-	}
 	// A client refused from the deny cache is answered here, in this frame
 	// and refuseCached's: a flood from clients over their limit is the
 	// path that must cost least.
-	sum := sha256.Sum256([]byte(t.set.headerTag + v[0]))
-	key := keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}" // hashKey, inlined
-	r := notDenied
-	if atomic.LoadInt64(&t.top.denied.n) != 0 {
-		if r = refuseCached(t.top.denied, key, rw); r == refused {
-			return
+	key, r := "", notDenied // any identity but a header's: decideAny's
+	if v := req.Header[t.set.source.header]; t.set.byHeader && len(v) > 0 && v[0] != "" {
+		sum := sha256.Sum256([]byte(t.set.headerTag + v[0]))
+		key = keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}" // hashKey, inlined
+		if atomic.LoadInt64(&t.top.denied.n) != 0 {
+			if r = refuseCached(t.top.denied, key, rw); r == refused {
+				return
+			}
 		}
 	}
 	servePlain(t, rw, req, key, r)
