@@ -118,30 +118,31 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 // IETF headers or none, the client's key (its header identity's, or ""
 // for any other) and its refusal in the deny cache, r.
 func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key string, r int) {
+	top := t.top // one selector: under Yaegi each is a value of the frame
 	d := make([]int64, 4) // decisionLen(1)
 	how := decidedRedis
 	// decideKey's common case inlined (a frame fewer: 0.9 KB under Yaegi).
 	if key == "" {
-		how = decideAny(t, t.top, req, rw, d)
+		how = decideAny(t, top, req, rw, d)
 	} else if r == inForce || t.notes != nil {
-		how = decideKey(t, t.top, key, r, d)
-	} else if redisCheck(t.be, t.top.cmd, key, d, &t.set.redis, t.hb) != nil {
-		how = fallback(t, t.top, key, d)
+		how = decideKey(t, top, key, r, d)
+	} else if redisCheck(t.be, top.cmd, key, d, &t.set.redis, t.hb) != nil {
+		how = fallback(t, top, key, d)
 	} else if d[0] != 1 {
-		t.top.denied.remember(key, d)
+		top.denied.remember(key, d)
 	}
-	if how > decidedLocal || d[0] != 1 || d[1] < t.top.nearBelow { // near the limit: counted by answer
+	if how > decidedLocal || d[0] != 1 || d[1] < top.nearBelow { // near the limit: counted by answer
 		if how != decidedAnswered {
-			t.answer(rw, req, t.top, d, how)
+			t.answer(rw, req, top, d, how)
 		}
 		return
 	}
-	atomic.AddInt64(t.top.admitted[how], 1) // count(t.top, d, how), inlined: admitted, not near the limit
+	atomic.AddInt64(top.admitted[how], 1) // count(top, d, how), inlined: admitted, not near the limit
 	// setHeaders' IETF case for one policy, by map assignment.
 	h := rw.Header()
-	if t.top.policyValue != nil {
-		h[hdrPolicy] = t.top.policyValue
-		h[hdrRateLimit] = []string{t.top.rPrefix + strconv.FormatInt(d[1], 10) + ";t=" + strconv.FormatInt((d[2]+999)/1000, 10)}
+	if top.policyValue != nil {
+		h[hdrPolicy] = top.policyValue
+		h[hdrRateLimit] = []string{top.rPrefix + strconv.FormatInt(d[1], 10) + ";t=" + strconv.FormatInt((d[2]+999)/1000, 10)}
 	}
 	if t.set.decision != "" {
 		h[t.set.decision] = decisionValues[how]
