@@ -141,9 +141,12 @@ func (cn *rconn) sent(pre, cl *call) {
 // The decision is decoded before the lock is released: cn.soloCall is the
 // next check's once the queue is empty.
 func solo(cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration, wall func() time.Time) (bool, error) {
-	cn.mu.Lock()
+	// Fields used more than once are read into locals: under Yaegi each
+	// selector is a value of the frame, allocated at every call.
+	mu := &cn.mu
+	mu.Lock()
 	if cn.dead != nil || len(cn.queue) > 0 || cn.reading {
-		cn.mu.Unlock()
+		mu.Unlock()
 		return false, nil
 	}
 	cl := &cn.soloCall
@@ -156,32 +159,36 @@ func solo(cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration,
 		cn.mixed = cn.timeout != 0
 		cn.timeout = timeout
 	}
+	b := cn.sbuf[:0]
 	if len(cmd.mid) == 0 { // appendCall for one key, inlined
-		cn.sbuf = append(append(append(cn.sbuf[:0], cmd.shaHead...), key...), cmd.tail...)
+		b = append(append(append(b, cmd.shaHead...), key...), cmd.tail...)
 	} else {
-		cn.sbuf = appendCall(cn.sbuf[:0], cmd, cmd.shaHead, key)
+		b = appendCall(b, cmd, cmd.shaHead, key)
 	}
+	cn.sbuf = b
+	nc := cn.nc
 	var err error
 	if now := int64(time.Since(processStart)) + monoOrigin; now >= cn.writeUntil { // clock.Mono(), inlined, after the locks
 		err = cn.renewWriteDeadline(now, timeout, wall)
 	}
 	if err == nil {
-		_, err = cn.nc.Write(cn.sbuf)
+		_, err = nc.Write(b)
 	}
 	if err != nil {
 		return true, cn.writeFailed(cl)
 	}
 	// Only the deadline: cl is the head, so nothing extends it (sent and
 	// timeout are for calls behind others).
-	cl.deadline = int64(time.Since(processStart)) + monoOrigin + int64(timeout) // clock.Mono(), inlined
-	cn.readUntil = cl.deadline
-	err = cn.nc.SetReadDeadline(processStart.Add(time.Duration(cl.deadline - monoOrigin))) // wallTime, inlined
-	cn.mu.Unlock()
+	dl := int64(time.Since(processStart)) + monoOrigin + int64(timeout) // clock.Mono(), inlined
+	cl.deadline = dl
+	cn.readUntil = dl
+	err = nc.SetReadDeadline(processStart.Add(time.Duration(dl - monoOrigin))) // wallTime, inlined
+	mu.Unlock()
 	var line []byte
 	if err == nil {
 		line, err = cn.br.ReadSlice('\n')
 	}
-	cn.mu.Lock()
+	mu.Lock()
 	if err != nil || cn.dead != nil || len(cn.part) > 0 || len(line) < 3 || line[0] != '+' || len(cn.queue) != 1 {
 		return true, cn.soloRest(line, err, d, cmd)
 	}
@@ -190,7 +197,7 @@ func solo(cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration,
 	cn.queue = cn.queue[:0] // cl alone: pop and release, inlined
 	atomic.StoreInt64(&cn.inflight, 0)
 	cn.reading = false
-	cn.mu.Unlock()
+	mu.Unlock()
 	return true, err
 }
 
