@@ -49,29 +49,43 @@ import (
 // a method: under Yaegi a method call allocates about 0.9 KB more, and
 // these run for every check that shares a connection.
 func send(cn *rconn, pre, cl *call, prefix []byte, cmd *Command, head []byte, key string, timeout time.Duration, wall func() time.Time) error {
+	mu := &cn.mu // fields used more than once in locals, as in solo
 	cn.wmu.Lock()
-	cn.mu.Lock()
-	if cn.dead != nil || len(cn.queue) >= maxQueue {
+	mu.Lock()
+	q := cn.queue
+	if cn.dead != nil || len(q) >= maxQueue {
 		return cn.refuse()
 	}
 	if pre != nil {
-		cn.queue = append(cn.queue, pre)
+		q = append(q, pre)
 	}
-	cn.queue = append(cn.queue, cl)
+	q = append(q, cl)
+	cn.queue = q
 	if cn.timeout != timeout {
 		cn.mixed = cn.timeout != 0
 		cn.timeout = timeout
 	}
-	atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
-	cn.mu.Unlock()
-	cn.wbuf = appendCall(append(cn.wbuf[:0], prefix...), cmd, head, key)
-	err := cn.nc.SetWriteDeadline(wall().Add(writeBudget(timeout)))
+	atomic.StoreInt64(&cn.inflight, int64(len(q)))
+	mu.Unlock()
+	b := append(cn.wbuf[:0], prefix...)
+	if cmd != nil && len(cmd.mid) == 0 { // appendCall for one key, inlined
+		b = append(append(append(b, head...), key...), cmd.tail...)
+	} else {
+		b = appendCall(b, cmd, head, key)
+	}
+	cn.wbuf = b
+	budget := 10 * timeout // writeBudget, inlined
+	if budget < minWriteBudget {
+		budget = minWriteBudget
+	}
+	nc := cn.nc
+	err := nc.SetWriteDeadline(wall().Add(budget))
 	cn.writeUntil = 0 // solo's deadline is gone
 	if err == nil {
-		_, err = cn.nc.Write(cn.wbuf)
+		_, err = nc.Write(b)
 	}
 	sent := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
-	cn.mu.Lock()
+	mu.Lock()
 	if err != nil {
 		cn.sendFailed(pre, cl)
 	} else {
@@ -84,7 +98,7 @@ func send(cn *rconn, pre, cl *call, prefix []byte, cmd *Command, head []byte, ke
 			cn.sent(pre, cl)
 		}
 	}
-	cn.mu.Unlock()
+	mu.Unlock()
 	cn.wmu.Unlock()
 	return err
 }
