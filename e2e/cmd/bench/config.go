@@ -9,6 +9,8 @@ import (
 	"github.com/tollgate-dev/tollgate/e2e"
 )
 
+// routes are the bench's routers, in the tables' order; -before adds
+// "before" after "tollgate" (enableBefore).
 var routes = []string{"none", "inmem", "redis", "tollgate", "minimal"}
 
 var labels = map[string]string{
@@ -17,6 +19,45 @@ var labels = map[string]string{
 	"redis":    "Traefik rateLimit (redis)",
 	"tollgate": "Tollgate",
 	"minimal":  "minimal plugin (1 round trip)",
+}
+
+// enableBefore adds the route of Tollgate at rev (its short hash).
+func enableBefore(rev string) {
+	for i, rt := range routes {
+		if rt == "tollgate" {
+			routes = append(routes[:i+1], append([]string{"before"}, routes[i+1:]...)...)
+			break
+		}
+	}
+	labels["before"] = "Tollgate at " + rev
+}
+
+// enabled reports whether rt is one of this bench's routes.
+func enabled(rt string) bool {
+	for _, r := range routes {
+		if r == rt {
+			return true
+		}
+	}
+	return false
+}
+
+// order is the routes in the order rep runs them: with -before, Tollgate
+// and Tollgate before swap places every other rep, so that neither always
+// runs right after the other.
+func order(rep int) []string {
+	o := append([]string(nil), routes...)
+	if rep%2 == 0 {
+		for i := range o {
+			switch o[i] {
+			case "tollgate":
+				o[i] = "before"
+			case "before":
+				o[i] = "tollgate"
+			}
+		}
+	}
+	return o
 }
 
 // limits is one pass's configuration of the four limiters.
@@ -32,7 +73,10 @@ var (
 	memory     = limits{100, "24h", 20}             // keys live through the measurement
 )
 
-func dynamicConf(redisAddr string, l limits) map[string]interface{} {
+// dynamicConf is the routers and their limiters, l's limits in each;
+// beforeAddr is the Redis of Tollgate at the earlier revision ("": no such
+// route), configured as Tollgate is.
+func dynamicConf(redisAddr, beforeAddr string, l limits) map[string]interface{} {
 	routers := map[string]interface{}{}
 	for _, r := range routes {
 		rt := map[string]interface{}{"rule": "PathPrefix(`/" + r + "`)", "service": "backend", "entryPoints": []interface{}{"web"}}
@@ -49,25 +93,30 @@ func dynamicConf(redisAddr string, l limits) map[string]interface{} {
 		}
 		return map[string]interface{}{"rateLimit": m}
 	}
-	return map[string]interface{}{"http": map[string]interface{}{
-		"routers": routers,
-		"middlewares": map[string]interface{}{
-			"inmem-limit": rateLimit(false),
-			"redis-limit": rateLimit(true),
-			"tollgate-limit": map[string]interface{}{"plugin": map[string]interface{}{"tollgate": map[string]interface{}{
-				"average": l.average, "period": l.period, "burst": l.burst, "sourceCriterion": source,
-				"redis": map[string]interface{}{"endpoints": []interface{}{redisAddr}},
-			}}},
-			"minimal-limit": map[string]interface{}{"plugin": map[string]interface{}{"minimal": map[string]interface{}{
-				"average": l.average, "period": l.period, "burst": l.burst, "redis": redisAddr,
-			}}},
-		},
-	}}
+	tollgate := func(plugin, addr string) map[string]interface{} {
+		return map[string]interface{}{"plugin": map[string]interface{}{plugin: map[string]interface{}{
+			"average": l.average, "period": l.period, "burst": l.burst, "sourceCriterion": source,
+			"redis": map[string]interface{}{"endpoints": []interface{}{addr}},
+		}}}
+	}
+	middlewares := map[string]interface{}{
+		"inmem-limit":    rateLimit(false),
+		"redis-limit":    rateLimit(true),
+		"tollgate-limit": tollgate("tollgate", redisAddr),
+		"minimal-limit": map[string]interface{}{"plugin": map[string]interface{}{"minimal": map[string]interface{}{
+			"average": l.average, "period": l.period, "burst": l.burst, "redis": redisAddr,
+		}}},
+	}
+	if beforeAddr != "" {
+		middlewares["before-limit"] = tollgate(beforePlugin, beforeAddr)
+	}
+	return map[string]interface{}{"http": map[string]interface{}{"routers": routers, "middlewares": middlewares}}
 }
 
 type bench struct {
 	dir     string
 	redis   *e2e.Redis
+	before  *e2e.Redis // Tollgate at the earlier revision's alone (nil without -before)
 	fleet   *e2e.Fleet
 	traefik *e2e.Traefik
 	script  string // wrk Lua script
@@ -78,15 +127,31 @@ type bench struct {
 	prof    []cpuSample // the profiles taken, in order
 }
 
-// apply writes l and waits until both plugins answer with it (a fresh key
+// redisOf is the Redis that route's limiter uses: the earlier revision's
+// has one of its own, so that its keys, connections and command counts are
+// its alone; the others share b.redis.
+func (b *bench) redisOf(route string) *e2e.Redis {
+	if route == "before" {
+		return b.before
+	}
+	return b.redis
+}
+
+// apply writes l and waits until the plugins answer with it (a fresh key
 // each probe, so that the probe is admitted whatever the limits).
 func (b *bench) apply(l limits) error {
-	if err := b.fleet.WriteDynamic(dynamicConf(b.redis.Addr, l)); err != nil {
+	beforeAddr := ""
+	probes := []string{"/tollgate", "/minimal"}
+	if b.before != nil {
+		beforeAddr = b.before.Addr
+		probes = append(probes, "/before")
+	}
+	if err := b.fleet.WriteDynamic(dynamicConf(b.redis.Addr, beforeAddr, l)); err != nil {
 		return err
 	}
 	want := fmt.Sprintf(";q=%d;", l.average)
 	deadline := time.Now().Add(20 * time.Second)
-	for _, rt := range []string{"/tollgate", "/minimal"} {
+	for _, rt := range probes {
 		for {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("configuration %+v not applied to %s", l, rt)
@@ -104,4 +169,17 @@ func (b *bench) apply(l limits) error {
 	}
 	time.Sleep(500 * time.Millisecond)
 	return nil
+}
+
+// only is those of rts that are among names, in rts's order.
+func only(rts []string, names ...string) []string {
+	var out []string
+	for _, rt := range rts {
+		for _, n := range names {
+			if rt == n {
+				out = append(out, rt)
+			}
+		}
+	}
+	return out
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/e2e"
 )
 
 var wrkRPS = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
@@ -33,11 +35,11 @@ type wrkResult struct {
 	allocOK      bool     // alloc was read
 }
 
-// redisConns counts Redis's connected clients: Tollgate's (CLIENT SETNAME
-// tollgate), the reference limiter's (minimal) and the others, this query's
-// excepted; -1 when it cannot.
-func (b *bench) redisConns() (tollgate, minimal, others int) {
-	v, err := b.redis.Do("CLIENT", "LIST")
+// redisConns counts rd's connected clients: Tollgate's (CLIENT SETNAME
+// tollgate, either revision's), the reference limiter's (minimal) and the
+// others, this query's excepted; -1 when it cannot.
+func redisConns(rd *e2e.Redis) (tollgate, minimal, others int) {
+	v, err := rd.Do("CLIENT", "LIST")
 	if err != nil {
 		return -1, -1, -1
 	}
@@ -69,21 +71,22 @@ func (b *bench) saturate(route string) (wrkResult, error) {
 }
 
 // saturateWith is saturate with conns wrk connections; it also samples
-// Redis's connections 60% into the run.
+// Redis's connections 60% into the run. Redis is route's (redisOf).
 func (b *bench) saturateWith(route string, conns int) (wrkResult, error) {
 	var r wrkResult
+	rd := b.redisOf(route)
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
 		time.Sleep(b.wrkDur * 6 / 10)
-		r.tgConns, r.minConns, r.otherConns = b.redisConns()
+		r.tgConns, r.minConns, r.otherConns = redisConns(rd)
 	}()
 	defer func() { <-sampled }()
-	before, err := b.redis.Info("stats")
+	before, err := rd.Info("stats")
 	if err != nil {
 		return r, err
 	}
-	s0, _ := b.redis.ScriptCalls()
+	s0, _ := rd.ScriptCalls()
 	m0, err0 := b.memStats()
 	cmd := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), "-d"+b.wrkDur.String(), "-s", b.script, b.traefik.URL("/"+route))
 	out, err := cmd.CombinedOutput()
@@ -91,11 +94,11 @@ func (b *bench) saturateWith(route string, conns int) (wrkResult, error) {
 		return r, fmt.Errorf("wrk: %v\n%s", err, out)
 	}
 	m1, err1 := b.memStats()
-	after, err := b.redis.Info("stats")
+	after, err := rd.Info("stats")
 	if err != nil {
 		return r, err
 	}
-	s1, _ := b.redis.ScriptCalls()
+	s1, _ := rd.ScriptCalls()
 	if err0 == nil && err1 == nil {
 		r.alloc = memStats{TotalAlloc: m1.TotalAlloc - m0.TotalAlloc, Mallocs: m1.Mallocs - m0.Mallocs}
 		r.allocOK = true

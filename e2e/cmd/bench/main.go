@@ -9,11 +9,16 @@
 //	/minimal   the smallest limiter that makes one Redis round trip per
 //	           request (minimal/, a second local plugin, interpreted too):
 //	           what Tollgate costs above it is what its features cost
+//	/before    with -before REV only: Tollgate's source at the git revision
+//	           REV of this repository, a third local plugin under another
+//	           module path (before.go), configured as /tollgate, on a Redis
+//	           of its own; it and /tollgate swap places every other run
 //
 // and measures, repeated -reps times (median and range reported):
 //   - throughput at saturation (wrk, loopback), as a ratio to /none, with
 //     limits set high (nothing rejected) and low (almost all rejected), and
-//     Tollgate's over /minimal's and over /redis's, each run's within it;
+//     Tollgate's over /minimal's and over /redis's (and /before's), each
+//     run's within it;
 //   - Traefik's allocations per request at saturation (runtime MemStats
 //     TotalAlloc and Mallocs deltas, from expvar, over requests completed),
 //     and what each route adds to /none's;
@@ -36,7 +41,7 @@
 // It writes a Markdown table (-out) and a PNG chart (-chart), and a CPU
 // profile of Traefik while /tollgate is saturated (-profile).
 //
-//	go run ./cmd/bench [-reps 3] [-out ../bench/results.md] [-chart ../bench/chart.png]
+//	go run ./cmd/bench [-reps 3] [-before REV] [-out ../bench/results.md] [-chart ../bench/chart.png]
 package main
 
 import (
@@ -69,8 +74,16 @@ func main() {
 	out := flag.String("out", "", "write the Markdown results here")
 	chart := flag.String("chart", "", "write the PNG chart here")
 	profile := flag.String("profile", "", "write a CPU profile of Traefik while /tollgate is saturated")
+	beforeRev := flag.String("before", "", "also run Tollgate as of this git revision of the repository (/before)")
 	flag.Parse()
 	log.SetFlags(0)
+	if *beforeRev != "" {
+		short, err := shortRev(e2e.RepoRoot(), *beforeRev)
+		if err != nil {
+			log.Fatal(err)
+		}
+		enableBefore(short)
+	}
 	if _, ok := labels[*rateOf]; !ok && *rate == 0 {
 		log.Fatalf("-rateof %q: not a route (%s)", *rateOf, strings.Join(routes, ", "))
 	}
@@ -91,18 +104,34 @@ func main() {
 	if err := installMinimal(dir); err != nil {
 		log.Fatal(err)
 	}
-	fleet, err := e2e.StartFleetWith(dir, 1, dynamicConf(r.Addr, admitAll), minimalStatic())
+	var rb *e2e.Redis
+	beforeAddr := ""
+	if *beforeRev != "" {
+		if rb, err = e2e.StartRedis(dir); err != nil {
+			log.Fatal(err)
+		}
+		defer rb.Kill()
+		if err := installBefore(dir, e2e.RepoRoot(), *beforeRev); err != nil {
+			log.Fatal(err)
+		}
+		beforeAddr = rb.Addr
+	}
+	fleet, err := e2e.StartFleetWith(dir, 1, dynamicConf(r.Addr, beforeAddr, admitAll), pluginsStatic(rb != nil))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer fleet.Stop()
-	b := &bench{dir: dir, redis: r, fleet: fleet, traefik: fleet.Replicas[0], wrkDur: *wrkDur, conns: *conns,
+	b := &bench{dir: dir, redis: r, before: rb, fleet: fleet, traefik: fleet.Replicas[0], wrkDur: *wrkDur, conns: *conns,
 		script: filepath.Join(dir, "keys.lua"), gc: *gc, profile: *profile}
 	lua := fmt.Sprintf("local n = 0\nrequest = function()\n  n = n + 1\n  return wrk.format(\"GET\", nil, {[\"X-API-Key\"] = \"k\" .. (n %% %d)})\nend\n", *keys)
 	if err := os.WriteFile(b.script, []byte(lua), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	if err := fleet.WaitRouters("enabled", "none@file", "inmem@file", "redis@file", "tollgate@file", "minimal@file"); err != nil {
+	var routers []string
+	for _, rt := range routes {
+		routers = append(routers, rt+"@file")
+	}
+	if err := fleet.WaitRouters("enabled", routers...); err != nil {
 		log.Fatal(err)
 	}
 	machine := describeMachine(r)
@@ -119,7 +148,7 @@ func main() {
 			log.Fatal(err)
 		}
 		// Redis connections at 512 concurrent requests.
-		for _, rt := range []string{"redis", "tollgate"} {
+		for _, rt := range only(order(rep), "redis", "tollgate", "before") {
 			w, err := b.saturateWith(rt, 512)
 			if err != nil {
 				log.Fatal(err)
@@ -138,12 +167,14 @@ func main() {
 			res.rateOf = *rateOf
 		}
 		res.rate = fr
-		if fr > res.rps["tollgate"][rep-1] {
-			res.rateOverTollgate++
-			fmt.Printf("fixed %5.0f req/s:     above Tollgate's saturation in this run (%.0f req/s): its latency is queueing\n",
-				fr, res.rps["tollgate"][rep-1])
+		for _, rt := range []string{"tollgate", "before"} {
+			if enabled(rt) && fr > res.rps[rt][rep-1] {
+				res.rateOver[rt]++
+				fmt.Printf("fixed %5.0f req/s:     above %s's saturation in this run (%.0f req/s): its latency is queueing\n",
+					fr, labels[rt], res.rps[rt][rep-1])
+			}
 		}
-		for _, rt := range routes {
+		for _, rt := range order(rep) {
 			fixedRate(b.traefik.URL("/"+rt), fr, time.Second, 64, *keys) // warm-up
 			lat, errs := fixedRate(b.traefik.URL("/"+rt), fr, *fixedDur, 64, *keys)
 			res.errsFixed += errs
@@ -164,8 +195,16 @@ func main() {
 		} else {
 			res.p99VsRedisSkipped++
 		}
+		if enabled("before") {
+			if tg, bf := res.p99["tollgate"][rep-1], res.p99["before"][rep-1]; bf > 0 {
+				res.p99VsBefore = append(res.p99VsBefore, tg/bf)
+				fmt.Printf("fixed %5.0f req/s:     added p99 Tollgate %.3f ms, %s %.3f ms: ratio %.2f\n", fr, tg, labels["before"], bf, tg/bf)
+			} else {
+				res.p99VsBeforeSkipped++
+			}
+		}
 		// Sequential requests, one connection, nothing else running.
-		for _, rt := range routes {
+		for _, rt := range order(rep) {
 			lat, errs, dials := sequential(b.traefik.URL("/"+rt), *seq, *keys)
 			res.errsSeq += errs
 			res.seqRaw50[rt] = append(res.seqRaw50[rt], pct(lat, 50))
@@ -189,7 +228,7 @@ func main() {
 			if err := b.apply(memory); err != nil {
 				log.Fatal(err)
 			}
-			for _, rt := range []string{"redis", "tollgate"} {
+			for _, rt := range only(order(rep), "redis", "tollgate", "before") {
 				perKey, usage, n, err := b.memoryPerKey(rt, *memKeys, rep)
 				if err != nil {
 					log.Fatal(err)

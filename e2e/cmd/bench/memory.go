@@ -8,13 +8,14 @@ import (
 
 // memoryPerKey fills route with n distinct keys on an empty Redis and
 // returns used_memory delta per key, the mean MEMORY USAGE of sampled keys,
-// and the number of keys.
+// and the number of keys (route's Redis: see redisOf).
 func (b *bench) memoryPerKey(route string, n int, rep int) (perKey, usage float64, keys int64, err error) {
-	if _, err = b.redis.Do("FLUSHALL"); err != nil {
+	rd := b.redisOf(route)
+	if _, err = rd.Do("FLUSHALL"); err != nil {
 		return
 	}
 	time.Sleep(200 * time.Millisecond)
-	m0, err := b.redis.Info("memory")
+	m0, err := rd.Info("memory")
 	if err != nil {
 		return
 	}
@@ -22,11 +23,11 @@ func (b *bench) memoryPerKey(route string, n int, rep int) (perKey, usage float6
 		err = fmt.Errorf("%d requests failed", errs)
 		return
 	}
-	m1, err := b.redis.Info("memory")
+	m1, err := rd.Info("memory")
 	if err != nil {
 		return
 	}
-	v, err := b.redis.Do("DBSIZE")
+	v, err := rd.Do("DBSIZE")
 	if err != nil {
 		return
 	}
@@ -39,11 +40,11 @@ func (b *bench) memoryPerKey(route string, n int, rep int) (perKey, usage float6
 	var sum float64
 	var sampled int
 	for i := 0; i < 200; i++ {
-		k, err := b.redis.Do("RANDOMKEY")
+		k, err := rd.Do("RANDOMKEY")
 		if err != nil || k == nil {
 			break
 		}
-		u, err := b.redis.Do("MEMORY", "USAGE", k, "SAMPLES", "0")
+		u, err := rd.Do("MEMORY", "USAGE", k, "SAMPLES", "0")
 		if n, ok := u.(int64); err == nil && ok {
 			sum += float64(n)
 			sampled++

@@ -30,7 +30,7 @@ type cpuSample struct {
 // allocations per request, and (with b.gc) a CPU profile of each run.
 func (b *bench) saturation(res *results, pass, rep int) error {
 	kb, mallocs := map[string]float64{}, map[string]float64{} // this rep's, per request
-	for _, rt := range routes {
+	for _, rt := range order(rep) {
 		path := ""
 		switch {
 		case b.gc:
@@ -60,12 +60,12 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 			}
 		}
 		perReq := func(n int64) float64 { return float64(n) / float64(w.requests) }
-		withRedis := rt == "redis" || rt == "tollgate" || rt == "minimal"
+		withRedis := rt != "none" && rt != "inmem"
 		if pass == admitted {
 			res.rps[rt] = append(res.rps[rt], w.rps)
 			res.non2xxAdmit += w.non2xx
 			switch rt {
-			case "tollgate":
+			case "tollgate", "before":
 				res.conns64[rt] = append(res.conns64[rt], float64(w.tgConns))
 			case "minimal":
 				res.conns64[rt] = append(res.conns64[rt], float64(w.minConns))
@@ -112,6 +112,16 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 	res.vsRedis[pass] = append(res.vsRedis[pass], rps["tollgate"][rep-1]/rps["redis"][rep-1])
 	fmt.Printf("throughput, %s: Tollgate / minimal %.2f, Tollgate / Traefik redis %.2f\n", passNames[pass],
 		res.vsMinimal[pass][rep-1], res.vsRedis[pass][rep-1])
+	if enabled("before") {
+		res.vsBefore[pass] = append(res.vsBefore[pass], rps["tollgate"][rep-1]/rps["before"][rep-1])
+		fmt.Printf("throughput, %s: Tollgate / %s %.2f\n", passNames[pass], labels["before"], res.vsBefore[pass][rep-1])
+		if kb["tollgate"] > 0 && kb["before"] > 0 {
+			res.allocVsBefore[pass] = append(res.allocVsBefore[pass], kb["tollgate"]/kb["before"])
+			res.mallocsVsBefore[pass] = append(res.mallocsVsBefore[pass], mallocs["tollgate"]/mallocs["before"])
+			fmt.Printf("allocation, %s: Tollgate / %s %.2f (KB), %.2f (objects)\n", passNames[pass], labels["before"],
+				kb["tollgate"]/kb["before"], mallocs["tollgate"]/mallocs["before"])
+		}
+	}
 	for _, rt := range routes {
 		if _, ok := kb["none"]; !ok {
 			break // a read of /debug/vars failed

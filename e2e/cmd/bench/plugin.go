@@ -44,9 +44,13 @@ func installMinimal(dir string) error {
 	return nil
 }
 
-// minimalStatic adds the reference limiter to Traefik's local plugins, next
-// to Tollgate (StartFleetWith merges it into the static configuration).
-func minimalStatic() map[string]interface{} {
-	return map[string]interface{}{"experimental": map[string]interface{}{"localPlugins": map[string]interface{}{
-		"minimal": map[string]interface{}{"moduleName": minimalModule}}}}
+// pluginsStatic adds the reference limiter to Traefik's local plugins, next
+// to Tollgate, and with before the earlier revision (StartFleetWith merges
+// it into the static configuration).
+func pluginsStatic(before bool) map[string]interface{} {
+	local := map[string]interface{}{"minimal": map[string]interface{}{"moduleName": minimalModule}}
+	if before {
+		local[beforePlugin] = map[string]interface{}{"moduleName": beforeModule}
+	}
+	return map[string]interface{}{"experimental": map[string]interface{}{"localPlugins": local}}
 }

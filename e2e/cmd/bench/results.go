@@ -59,10 +59,17 @@ type results struct {
 	allocKB, allocKBAdded [2]map[string]stat
 	mallocs, mallocsAdded [2]map[string]stat
 	gcShare, allocShare   [2]map[string]stat
-	vsMinimal, vsRedis    [2]stat // Tollgate's throughput over theirs, each run's
-	p99VsRedis            stat    // Tollgate's added p99 over Traefik redis's, at the fixed rate
-	p99VsRedisSkipped     int     // runs where Traefik redis's added p99 was not positive
-	rateOverTollgate      int     // runs where rate was above Tollgate's saturation
+	vsMinimal, vsRedis    [2]stat        // Tollgate's throughput over theirs, each run's
+	p99VsRedis            stat           // Tollgate's added p99 over Traefik redis's, at the fixed rate
+	p99VsRedisSkipped     int            // runs where Traefik redis's added p99 was not positive
+	rateOver              map[string]int // runs where rate was above the route's saturation (tollgate, before)
+
+	// Tollgate over Tollgate at -before's revision, each run's: throughput
+	// and heap allocated per request (KB, objects) per pass, added p99 at
+	// the fixed rate (runs where the earlier one's was not positive left out).
+	vsBefore, allocVsBefore, mallocsVsBefore [2]stat
+	p99VsBefore                              stat
+	p99VsBeforeSkipped                       int
 }
 
 func newResults() *results {
@@ -73,7 +80,7 @@ func newResults() *results {
 		memPerKey: m(), memUsage: m(), memKeys: m(), conns64: m(), conns512: m(),
 		allocKB: [2]map[string]stat{m(), m()}, allocKBAdded: [2]map[string]stat{m(), m()},
 		mallocs: [2]map[string]stat{m(), m()}, mallocsAdded: [2]map[string]stat{m(), m()},
-		gcShare: [2]map[string]stat{m(), m()}, allocShare: [2]map[string]stat{m(), m()}}
+		gcShare: [2]map[string]stat{m(), m()}, allocShare: [2]map[string]stat{m(), m()}, rateOver: map[string]int{}}
 }
 
 func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Duration, seq, conns, keys, memKeys int) string {
@@ -159,9 +166,35 @@ func references(res *results) string {
 		fmt.Fprintf(&b, " (%d runs left out: %s's added p99 was not above 0)", res.p99VsRedisSkipped, labels["redis"])
 	}
 	b.WriteString(".")
-	if res.rateOverTollgate > 0 {
-		fmt.Fprintf(&b, " In %d runs this rate was above Tollgate's saturation: its latency there is mostly queueing.", res.rateOverTollgate)
+	for _, rt := range []string{"tollgate", "before"} {
+		if n := res.rateOver[rt]; n > 0 {
+			fmt.Fprintf(&b, " In %d runs this rate was above %s's saturation: its latency there is mostly queueing.", n, labels[rt])
+		}
 	}
 	b.WriteString("\n")
+	if enabled("before") {
+		b.WriteString("\n" + againstBefore(res))
+	}
+	return b.String()
+}
+
+// againstBefore is Tollgate against itself at -before's revision, loaded
+// in the same Traefik and run in the same runs; each run's ratio is taken
+// within the run.
+func againstBefore(res *results) string {
+	var b strings.Builder
+	name := "Tollgate / " + labels["before"]
+	b.WriteString("| " + name + " | nothing rejected | almost all rejected |\n|---|---|---|\n")
+	fmt.Fprintf(&b, "| throughput | %s | %s |\n", fmtStat(res.vsBefore[admitted], 2), fmtStat(res.vsBefore[refused], 2))
+	fmt.Fprintf(&b, "| Traefik heap allocated per request (KB) | %s | %s |\n",
+		fmtStat(res.allocVsBefore[admitted], 2), fmtStat(res.allocVsBefore[refused], 2))
+	fmt.Fprintf(&b, "| Traefik heap objects allocated per request | %s | %s |\n",
+		fmtStat(res.mallocsVsBefore[admitted], 2), fmtStat(res.mallocsVsBefore[refused], 2))
+	fmt.Fprintf(&b, "| added p99 at %.0f req/s | %s | — |\n", res.rate, fmtStat(res.p99VsBefore, 2))
+	if res.p99VsBeforeSkipped > 0 {
+		fmt.Fprintf(&b, "\nAdded p99: %d runs left out, where %s's added p99 was not above 0.\n", res.p99VsBeforeSkipped, labels["before"])
+	}
+	fmt.Fprintf(&b, "\n%s: that revision's plugin source, loaded in the same Traefik as a third local plugin (module %s), configured as Tollgate, with a Redis of its own (so its keys, connections and Redis figures are its alone); in every run it and Tollgate take turns, swapping order every other run. Allocation: Traefik's whole heap allocated per request (no middleware's not subtracted).\n",
+		labels["before"], beforeModule)
 	return b.String()
 }
