@@ -37,14 +37,16 @@ e2e:
 	scripts/deps.sh
 	TOLLGATE_TRAEFIK=$$(scripts/traefik.sh) && cd e2e && TOLLGATE_TRAEFIK=$$TOLLGATE_TRAEFIK go test -count=1 -timeout 30m ./...
 
-# Traefik's rateLimit (memory, redis) and Tollgate side by side in one
-# Traefik: throughput, added latency, Redis cost and memory per key; writes
+# Traefik's rateLimit (memory, redis), Tollgate and a minimal one-round-trip
+# plugin side by side in one Traefik: throughput, added latency, allocations
+# and GC share per request, Redis cost and memory per key; writes
 # bench/results.md and bench/chart.png (BENCHMARKS.md quotes them). About
-# 15 minutes.
+# 17 minutes. BENCH_ARGS='-before REV' adds Tollgate at git revision REV
+# beside today's, in the same Traefik.
 bench:
 	scripts/deps.sh wrk
 	TOLLGATE_TRAEFIK=$$(scripts/traefik.sh) && cd e2e && TOLLGATE_TRAEFIK=$$TOLLGATE_TRAEFIK go run ./cmd/bench \
-		-out ../bench/results.md -chart ../bench/chart.png -profile ../.build/traefik-cpu.pprof
+		-out ../bench/results.md -chart ../bench/chart.png -profile ../.build/traefik-cpu.pprof $(BENCH_ARGS)
 
 # One check in isolation, compiled and under Yaegi, with reference points
 # (redigo, a bare EVALSHA, redis-benchmark); then where an interpreted
