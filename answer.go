@@ -55,6 +55,7 @@ func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policy
 func (t *Tollgate) prepared(s *policySet) *policySet {
 	if !s.shadow && t.notes == nil {
 		s.denied.prepare = func(d []int64) *refusal { return t.refusal(s, d) }
+		s.denied.showsFull = t.set.headers&(headersLegacy|headersDraft07) != 0
 	}
 	return s
 }

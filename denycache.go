@@ -40,6 +40,9 @@ type denyCache struct {
 	// (lookup keeps it; refuseCached writes it): set by the middleware whose
 	// requests this cache answers.
 	prepare func(d []int64) *refusal
+	// showsFull: its answers show the times until full (legacy and draft
+	// 07 headers' reset), so they change when those tick too (keep).
+	showsFull bool
 
 	mu      sync.Mutex // guards entries and last
 	entries map[string]*denial
@@ -140,7 +143,10 @@ func refuseCached(c *denyCache, key string, rw http.ResponseWriter) int {
 		c.mu.Unlock()
 		return notDenied
 	}
-	if rw == nil || e.ans == nil || now >= e.ansUntil || now < c.last {
+	if now < c.last {
+		now = c.last // see last: a check that waited for the lock read its clock before another's
+	}
+	if rw == nil || now >= e.ansUntil { // ansUntil is 0 while there is no answer
 		c.mu.Unlock()
 		return inForce
 	}
@@ -159,13 +165,13 @@ func refuseCached(c *denyCache, key string, rw http.ResponseWriter) int {
 
 // keep prepares e's answer as decision d shows it (counted down to now)
 // and keeps it until one of the seconds it names would change: the next
-// time a wait or a time until full, in whole seconds rounded up, ticks
-// down (lookup's count down, at e.at's whole elapsed ms).
+// time a wait (or a time until full, when shown), in whole seconds rounded
+// up, ticks down (lookup's count down, at e.at's whole elapsed ms).
 func (c *denyCache) keep(e *denial, d []int64) {
 	a := c.prepare(d)
 	until := e.until
 	for i := 2; i < len(d); i++ {
-		if m := d[i]; i%3 != 1 && m > 1000 { // waits (2+3k) and times until full (3+3k)
+		if m := d[i]; (i%3 == 2 || i%3 == 0 && c.showsFull) && m > 1000 { // waits (2+3k), times until full (3+3k)
 			if t := e.at + (e.d[i]-((m+999)/1000-1)*1000)*int64(time.Millisecond); t < until {
 				until = t
 			}

@@ -131,3 +131,34 @@ func TestNoPreparedRefusalsForShadowOrRegions(t *testing.T) {
 		t.Fatal("a region's refusals are prepared (they are noted per request)")
 	}
 }
+
+// Checks that waited for the cache's lock read their clock before the one
+// that held it: the cache's time is its latest reading (denyCache.last), so
+// a prepared answer still answers them while that time is before its end,
+// and never once it is past it. (Under load most refusals are such checks:
+// sending them to the general path made the prepared answers worthless.)
+func TestPreparedRefusalOnTheCachesTime(t *testing.T) {
+	f := redistest.StartFake(t, "+0 0 5500 9200\r\n")
+	h := handlerOn(t, f.Addr(), nil)
+	now := 10 * time.Second
+	c := h.top.denied
+	c.now = func() int64 { return int64(now) }
+	serve(h, "k") // refused by Redis
+	serve(h, "k") // from the cache: its answer prepared, until 10.5 s
+	key := clientKeyOf(h, "k")
+	c.mu.Lock()
+	c.last = int64(10*time.Second + 400*time.Millisecond) // another check's later reading
+	c.mu.Unlock()
+	if r := refuseCached(c, key, httptest.NewRecorder()); r != refused {
+		t.Fatalf("a check whose clock read is behind the cache's (both before the answer's end): %d, want the prepared answer", r)
+	}
+	c.mu.Lock()
+	c.last = int64(10*time.Second + 500*time.Millisecond) // the answer's second has ticked
+	c.mu.Unlock()
+	if r := refuseCached(c, key, httptest.NewRecorder()); r != inForce {
+		t.Fatalf("a check whose clock read is behind the cache's, past the answer's end: %d, want the general path", r)
+	}
+	if rec := serve(h, "k"); rec.Header().Get("Retry-After") != "5" {
+		t.Fatalf("the general path at the cache's 10.5 s: Retry-After %q, want 5", rec.Header().Get("Retry-After"))
+	}
+}
