@@ -118,7 +118,7 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 // IETF headers or none, the client's key (its header identity's, or ""
 // for any other) and its refusal in the deny cache, r.
 func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key string, r int) {
-	top := t.top // one selector: under Yaegi each is a value of the frame
+	top := t.top          // one selector: under Yaegi each is a value of the frame
 	d := make([]int64, 4) // decisionLen(1)
 	how := decidedRedis
 	// decideKey's common case inlined (a frame fewer: 0.9 KB under Yaegi).
