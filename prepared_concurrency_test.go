@@ -182,6 +182,7 @@ func TestPreparedRefusalReplacedWhileRefusing(t *testing.T) {
 	}
 	got := make([]seen, workers*each)
 	var started, done, answered int64
+	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
@@ -192,9 +193,11 @@ func TestPreparedRefusalReplacedWhileRefusing(t *testing.T) {
 				rec := serve(h, "k")
 				got[w*each+i] = seen{d, atomic.LoadInt64(&started), rec}
 				if atomic.AddInt64(&answered, 1)%stride == 0 {
+					mu.Lock() // replacements in the order of their generations
 					g := atomic.AddInt64(&started, 1)
 					h.top.denied.remember(key, refusals[g%2])
 					atomic.AddInt64(&done, 1)
+					mu.Unlock()
 				}
 			}
 		}(w)
