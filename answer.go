@@ -49,26 +49,30 @@ func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policy
 	t.next.ServeHTTP(rw, req)
 }
 
-// prepared has s's deny cache prepare its answers (denyCache.refuse) when
+// prepared has s's deny cache prepare its answers (refuseCached) when
 // a refusal from it is answered the same way every time: no shadow policy
-// (passShadow) and no region to note it to. It returns s.
+// (passShadow) and no region to note it to. It returns s. (The cache
+// keeps what its answers need, not t: a cache the metrics still watch
+// after a reload must not keep the old instance and its next.)
 func (t *Tollgate) prepared(s *policySet) *policySet {
 	if !s.shadow && t.notes == nil {
-		s.denied.prepare = func(d []int64) *refusal { return t.refusal(s, d) }
-		s.denied.showsFull = t.set.headers&(headersLegacy|headersDraft07) != 0
+		decision, headers := t.set.decision, t.set.headers
+		s.denied.prepare = func(d []int64) *refusal { return prepareRefusal(decision, headers, s, d) }
+		s.denied.showsFull = headers&(headersLegacy|headersDraft07) != 0
 	}
 	return s
 }
 
-// refusal prepares answer's answer to refusal d over set from the deny
-// cache: its headers, as answer sets them, its body and its count.
-func (t *Tollgate) refusal(set *policySet, d []int64) *refusal {
+// prepareRefusal prepares answer's answer to refusal d over set from the
+// deny cache, with the decision header and headers mode given: its
+// headers, as answer sets them, its body and its count.
+func prepareRefusal(decision string, headers int, set *policySet, d []int64) *refusal {
 	h := http.Header{}
-	if t.set.decision != "" {
-		h[t.set.decision] = decisionValues[decidedCache]
+	if decision != "" {
+		h[decision] = decisionValues[decidedCache]
 	}
-	if t.set.headers != 0 {
-		setHeaders(h, t.set.headers, set, d)
+	if headers != 0 {
+		setHeaders(h, headers, set, d)
 	}
 	a := &refusal{body: quotaExceeded(h, set, d), counted: counter(set, d, decidedCache, metrics.Limited)}
 	for k, v := range h {

@@ -166,15 +166,25 @@ func refuseCached(c *denyCache, key string, rw http.ResponseWriter) int {
 // keep prepares e's answer as decision d shows it (counted down to now)
 // and keeps it until one of the seconds it names would change: the next
 // time a wait (or a time until full, when shown), in whole seconds rounded
-// up, ticks down (lookup's count down, at e.at's whole elapsed ms).
+// up, ticks down (lookup's count down, at e.at's whole elapsed ms). With
+// several policies, also until a wait reaches countDown's floor (1 ms):
+// equal waits there may change which policy counts it (decider) and which
+// the legacy headers describe.
 func (c *denyCache) keep(e *denial, d []int64) {
 	a := c.prepare(d)
 	until := e.until
 	for i := 2; i < len(d); i++ {
-		if m := d[i]; (i%3 == 2 || i%3 == 0 && c.showsFull) && m > 1000 { // waits (2+3k), times until full (3+3k)
-			if t := e.at + (e.d[i]-((m+999)/1000-1)*1000)*int64(time.Millisecond); t < until {
-				until = t
-			}
+		m := d[i]
+		wait := i%3 == 2 // waits (2+3k); times until full (3+3k) count when shown
+		if !wait && (i%3 == 1 || !c.showsFull) || m <= 1 || m <= 1000 && (!wait || len(d) == 4) {
+			continue // remaining (1+3k), not shown, or no change before the refusal ends
+		}
+		left := int64(1) // waits of several policies: at the floor
+		if m > 1000 {    // a tick
+			left = ((m+999)/1000 - 1) * 1000
+		}
+		if t := e.at + (e.d[i]-left)*int64(time.Millisecond); t < until {
+			until = t
 		}
 	}
 	c.mu.Lock()
