@@ -90,12 +90,7 @@ func TestPreparedRefusalsConcurrentAtEachInstant(t *testing.T) {
 					}
 				}
 			}
-			if n, all := atomic.LoadInt64(limited)-before, int64(workers*each*len(tickInstants)); n != all {
-				t.Fatalf("%d cache refusals counted, want %d", n, all)
-			}
-			if n := atomic.LoadInt64(&f.Evals); n != 2 {
-				t.Fatalf("%d Redis calls, want 2 (the first refusal of each instance)", n)
-			}
+			countedFromCache(t, limited, before, int64(workers*each*len(tickInstants)), f)
 		})
 	}
 }
@@ -150,12 +145,7 @@ func TestPreparedRefusalsWhileTheClockMoves(t *testing.T) {
 				tickInstants[s.from], want[tickInstants[s.from]].Code, want[tickInstants[s.from]].Header(), want[tickInstants[s.from]].Body)
 		}
 	}
-	if n := atomic.LoadInt64(limited) - before; n != workers*each {
-		t.Fatalf("%d cache refusals counted, want %d", n, workers*each)
-	}
-	if n := atomic.LoadInt64(&f.Evals); n != 2 {
-		t.Fatalf("%d Redis calls, want 2", n)
-	}
+	countedFromCache(t, limited, before, workers*each, f)
 }
 
 // A refusal replaced in the cache (remember: another request's refusal
@@ -212,12 +202,7 @@ func TestPreparedRefusalReplacedWhileRefusing(t *testing.T) {
 			t.Fatalf("request %d: answered %d %v %s", i, s.rec.Code, s.rec.Header(), s.rec.Body)
 		}
 	}
-	if n := atomic.LoadInt64(limited) - before; n != workers*each {
-		t.Fatalf("%d cache refusals counted, want %d", n, workers*each)
-	}
-	if n := atomic.LoadInt64(&f.Evals); n != 2 {
-		t.Fatalf("%d Redis calls, want 2", n)
-	}
+	countedFromCache(t, limited, before, workers*each, f)
 }
 
 // A prepared answer's header values are shared by every response it
@@ -249,5 +234,18 @@ func TestPreparedRefusalHeadersAddedToLater(t *testing.T) {
 	}
 	if got := serve(h, "k"); !sameAnswer(got, want) {
 		t.Fatalf("answered\n%d %v %s\nthe general path:\n%d %v %s", got.Code, got.Header(), got.Body, want.Code, want.Header(), want.Body)
+	}
+}
+
+// countedFromCache checks that all refusals since the count was before
+// were counted as the cache's, and that Redis was called twice in all (the
+// first refusal of each of the pair's instances).
+func countedFromCache(t *testing.T, limited *int64, before, all int64, f *redistest.Fake) {
+	t.Helper()
+	if n := atomic.LoadInt64(limited) - before; n != all {
+		t.Fatalf("%d cache refusals counted, want %d", n, all)
+	}
+	if n := atomic.LoadInt64(&f.Evals); n != 2 {
+		t.Fatalf("%d Redis calls, want 2 (the first refusal of each instance)", n)
 	}
 }

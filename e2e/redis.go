@@ -330,9 +330,26 @@ func (r *Redis) Clients() (int, error) {
 // ClientsNamed counts the connected clients named name (CLIENT SETNAME)
 // and the others, the connection asking excepted.
 func (r *Redis) ClientsNamed(name string) (named, others int, err error) {
-	v, err := r.Do("CLIENT", "LIST")
+	byName, err := r.ClientNames()
 	if err != nil {
 		return 0, 0, err
+	}
+	for n, k := range byName {
+		if n == name {
+			named += k
+		} else {
+			others += k
+		}
+	}
+	return named, others, nil
+}
+
+// ClientNames counts the connected clients by name (CLIENT SETNAME; ""
+// for none), the connection asking excepted.
+func (r *Redis) ClientNames() (map[string]int, error) {
+	v, err := r.Do("CLIENT", "LIST")
+	if err != nil {
+		return nil, err
 	}
 	var list string
 	switch x := v.(type) {
@@ -341,16 +358,20 @@ func (r *Redis) ClientsNamed(name string) (named, others int, err error) {
 	case string:
 		list = x
 	}
+	byName := map[string]int{}
 	for _, l := range strings.Split(list, "\n") {
-		switch {
-		case strings.TrimSpace(l) == "" || strings.Contains(l, "cmd=client|list"):
-		case strings.Contains(l, " name="+name+" "):
-			named++
-		default:
-			others++
+		if strings.TrimSpace(l) == "" || strings.Contains(l, "cmd=client|list") {
+			continue
 		}
+		name := ""
+		for _, f := range strings.Fields(l) {
+			if strings.HasPrefix(f, "name=") {
+				name = f[len("name="):]
+			}
+		}
+		byName[name]++
 	}
-	return named, others, nil
+	return byName, nil
 }
 
 // NeedRedis decides what a test does without redis-server: skip, unless

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,26 +38,18 @@ type wrkResult struct {
 // tollgate, either revision's), the reference limiter's (minimal) and the
 // others, this query's excepted; -1 when it cannot.
 func redisConns(rd *e2e.Redis) (tollgate, minimal, others int) {
-	v, err := rd.Do("CLIENT", "LIST")
+	byName, err := rd.ClientNames()
 	if err != nil {
 		return -1, -1, -1
 	}
-	var list string
-	switch x := v.(type) {
-	case []byte:
-		list = string(x)
-	case string:
-		list = x
-	}
-	for _, l := range strings.Split(list, "\n") {
-		switch {
-		case strings.TrimSpace(l) == "" || strings.Contains(l, "cmd=client|list"):
-		case strings.Contains(l, " name=tollgate "):
-			tollgate++
-		case strings.Contains(l, " name=minimal "):
-			minimal++
+	for name, n := range byName {
+		switch name {
+		case "tollgate":
+			tollgate += n
+		case "minimal":
+			minimal += n
 		default:
-			others++
+			others += n
 		}
 	}
 	return tollgate, minimal, others
