@@ -24,6 +24,7 @@ var (
 		"tollgate": {0, 158, 115, 255},
 		"minimal":  {204, 121, 167, 255},
 		"before":   {213, 94, 0, 255},
+		"empty":    {0, 114, 178, 255},
 	}
 )
 
@@ -77,7 +78,7 @@ func panel(img *image.RGBA, x0, y0, w, h int, title, unit string, groups []strin
 }
 
 func drawChart(path string, res *results) error {
-	const W, H = 1260, 430
+	const W, H = 1260, 448
 	img := image.NewRGBA(image.Rect(0, 0, W, H))
 	draw.Draw(img, img.Bounds(), image.NewUniform(white), image.Point{}, draw.Src)
 	max := 1.0
@@ -119,10 +120,13 @@ func drawChart(path string, res *results) error {
 	}
 	panel(img, 850, 10, 400, 360, "Added latency, sequential (minus no middleware)", "ms",
 		[]string{"p50", "p99"}, []map[string]stat{noNone(res.seq50), noNone(res.seq99)}, smax*1.1)
-	x := 20
+	x, y := 20, H-58 // the legend, on a second line when the first is full
 	for _, rt := range routes {
-		rect(img, x, H-40, x+14, H-26, colors[rt])
-		text(img, x+20, H-28, labels[rt])
+		if x+20+7*len(labels[rt]) > W {
+			x, y = 20, y+18
+		}
+		rect(img, x, y, x+14, y+14, colors[rt])
+		text(img, x+20, y+12, labels[rt])
 		x += 40 + 7*len(labels[rt])
 	}
 	text(img, 20, H-8, "Bars: median of the runs; whiskers: min-max. One Traefik v3.6.12 process, loopback, see BENCHMARKS.md.")

@@ -11,7 +11,7 @@ import (
 
 // routes are the bench's routers, in the tables' order; -before adds
 // "before" after "tollgate" (enableBefore).
-var routes = []string{"none", "inmem", "redis", "tollgate", "minimal"}
+var routes = []string{"none", "inmem", "redis", "tollgate", "minimal", "empty"}
 
 var labels = map[string]string{
 	"none":     "no middleware",
@@ -19,6 +19,7 @@ var labels = map[string]string{
 	"redis":    "Traefik rateLimit (redis)",
 	"tollgate": "Tollgate",
 	"minimal":  "minimal plugin (1 round trip)",
+	"empty":    "empty interpreted middleware",
 }
 
 // enableBefore adds the route of Tollgate at rev (its short hash).
@@ -73,8 +74,8 @@ var (
 	memory     = limits{100, "24h", 20}             // keys live through the measurement
 )
 
-// dynamicConf is the routers and their limiters, l's limits in each;
-// beforeAddr is the Redis of Tollgate at the earlier revision ("": no such
+// dynamicConf is the routers and their limiters, l's limits in each (the
+// empty middleware refuses all in rejectMost, else passes all); beforeAddr is the Redis of Tollgate at the earlier revision ("": no such
 // route), configured as Tollgate is.
 func dynamicConf(redisAddr, beforeAddr string, l limits) map[string]interface{} {
 	routers := map[string]interface{}{}
@@ -105,6 +106,9 @@ func dynamicConf(redisAddr, beforeAddr string, l limits) map[string]interface{} 
 		"tollgate-limit": tollgate("tollgate", redisAddr),
 		"minimal-limit": map[string]interface{}{"plugin": map[string]interface{}{"minimal": map[string]interface{}{
 			"average": l.average, "period": l.period, "burst": l.burst, "redis": redisAddr,
+		}}},
+		"empty-limit": map[string]interface{}{"plugin": map[string]interface{}{"minimal": map[string]interface{}{
+			"empty": true, "refuse": l == rejectMost,
 		}}},
 	}
 	if beforeAddr != "" {
@@ -138,10 +142,11 @@ func (b *bench) redisOf(route string) *e2e.Redis {
 }
 
 // apply writes l and waits until the plugins answer with it (a fresh key
-// each probe, so that the probe is admitted whatever the limits).
+// each probe, so that the probe is admitted whatever the limits), and the
+// empty middleware refuses or passes as l says.
 func (b *bench) apply(l limits) error {
 	beforeAddr := ""
-	probes := []string{"/tollgate", "/minimal"}
+	probes := []string{"/tollgate", "/minimal", "/empty"}
 	if b.before != nil {
 		beforeAddr = b.before.Addr
 		probes = append(probes, "/before")
@@ -160,7 +165,8 @@ func (b *bench) apply(l limits) error {
 			req.Header.Set("X-API-Key", fmt.Sprintf("apply-probe-%d", time.Now().UnixNano()))
 			if resp, err := http.DefaultClient.Do(req); err == nil {
 				resp.Body.Close()
-				if strings.Contains(resp.Header.Get("RateLimit-Policy"), want) {
+				if rt == "/empty" && (resp.StatusCode == http.StatusTooManyRequests) == (l == rejectMost) ||
+					rt != "/empty" && strings.Contains(resp.Header.Get("RateLimit-Policy"), want) {
 					break
 				}
 			}

@@ -9,6 +9,10 @@
 //	/minimal   the smallest limiter that makes one Redis round trip per
 //	           request (minimal/, a second local plugin, interpreted too):
 //	           what Tollgate costs above it is what its features cost
+//	/empty     the empty interpreted middleware (minimal/ with empty: true),
+//	           the floor of any interpreted plugin: a pass-through when
+//	           nothing is rejected, a bare 429 for every request in the
+//	           reject-most pass (no key, no Redis, no headers)
 //	/before    with -before REV only: Tollgate's source at the git revision
 //	           REV of this repository, a third local plugin under another
 //	           module path (before.go), configured as /tollgate, on a Redis
@@ -17,8 +21,8 @@
 // and measures, repeated -reps times (median and range reported):
 //   - throughput at saturation (wrk, loopback), as a ratio to /none, with
 //     limits set high (nothing rejected) and low (almost all rejected), and
-//     Tollgate's over /minimal's and over /redis's (and /before's), each
-//     run's within it;
+//     Tollgate's over /minimal's, /redis's and /empty's (and /before's),
+//     each run's within it;
 //   - Traefik's allocations per request at saturation (runtime MemStats
 //     TotalAlloc and Mallocs deltas, from expvar, over requests completed),
 //     and what each route adds to /none's;

@@ -132,3 +132,34 @@ func TestMinimal(t *testing.T) {
 		})
 	}
 }
+
+// TestEmpty checks the empty middleware, compiled and interpreted: it
+// calls next and adds nothing; with refuse it answers 429 without next.
+func TestEmpty(t *testing.T) {
+	for _, kind := range []string{"compiled", "yaegi"} {
+		t.Run(kind, func(t *testing.T) {
+			called := 0
+			next := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+				called++
+				rw.Header().Set("X-Next", "1")
+				rw.WriteHeader(http.StatusOK)
+			})
+			for _, refuse := range []bool{false, true} {
+				called = 0
+				h := newMinimal(t, kind, next, map[string]interface{}{"empty": true, "refuse": refuse})
+				rw := httptest.NewRecorder()
+				req := httptest.NewRequest("GET", "http://x/", nil)
+				req.Header.Set("X-API-Key", "a")
+				h.ServeHTTP(rw, req)
+				want, wantCalled, wantHeaders := http.StatusOK, 1, 1
+				if refuse {
+					want, wantCalled, wantHeaders = http.StatusTooManyRequests, 0, 0
+				}
+				if rw.Code != want || called != wantCalled || len(rw.Header()) != wantHeaders || rw.Body.Len() != 0 {
+					t.Fatalf("refuse %v: status %d, next called %d times, headers %v, body %q", refuse, rw.Code, called,
+						rw.Header(), rw.Body.String())
+				}
+			}
+		})
+	}
+}

@@ -60,7 +60,7 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 			}
 		}
 		perReq := func(n int64) float64 { return float64(n) / float64(w.requests) }
-		withRedis := rt != "none" && rt != "inmem"
+		withRedis := rt != "none" && rt != "inmem" && rt != "empty"
 		if pass == admitted {
 			res.rps[rt] = append(res.rps[rt], w.rps)
 			res.non2xxAdmit += w.non2xx
@@ -110,8 +110,9 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 	}
 	res.vsMinimal[pass] = append(res.vsMinimal[pass], rps["tollgate"][rep-1]/rps["minimal"][rep-1])
 	res.vsRedis[pass] = append(res.vsRedis[pass], rps["tollgate"][rep-1]/rps["redis"][rep-1])
-	fmt.Printf("throughput, %s: Tollgate / minimal %.2f, Tollgate / Traefik redis %.2f\n", passNames[pass],
-		res.vsMinimal[pass][rep-1], res.vsRedis[pass][rep-1])
+	res.vsEmpty[pass] = append(res.vsEmpty[pass], rps["tollgate"][rep-1]/rps["empty"][rep-1])
+	fmt.Printf("throughput, %s: Tollgate / minimal %.2f, Tollgate / Traefik redis %.2f, Tollgate / empty %.2f\n", passNames[pass],
+		res.vsMinimal[pass][rep-1], res.vsRedis[pass][rep-1], res.vsEmpty[pass][rep-1])
 	if enabled("before") {
 		res.vsBefore[pass] = append(res.vsBefore[pass], rps["tollgate"][rep-1]/rps["before"][rep-1])
 		fmt.Printf("throughput, %s: Tollgate / %s %.2f\n", passNames[pass], labels["before"], res.vsBefore[pass][rep-1])

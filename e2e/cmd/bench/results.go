@@ -60,6 +60,7 @@ type results struct {
 	mallocs, mallocsAdded [2]map[string]stat
 	gcShare, allocShare   [2]map[string]stat
 	vsMinimal, vsRedis    [2]stat        // Tollgate's throughput over theirs, each run's
+	vsEmpty               [2]stat        // and over the empty middleware's
 	p99VsRedis            stat           // Tollgate's added p99 over Traefik redis's, at the fixed rate
 	p99VsRedisSkipped     int            // runs where Traefik redis's added p99 was not positive
 	rateOver              map[string]int // runs where rate was above the route's saturation (tollgate, before)
@@ -147,7 +148,8 @@ func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Dura
 
 // references is Tollgate against the two one-round-trip limiters: the
 // minimal plugin (what the interpreter costs it, its features aside) and
-// Traefik's redis limiter. Each run's ratio is taken within the run.
+// Traefik's redis limiter; and against the empty middleware, the floor of
+// any interpreted plugin. Each run's ratio is taken within the run.
 func references(res *results) string {
 	var b strings.Builder
 	b.WriteString("| Tollgate against | nothing rejected | almost all rejected |\n|---|---|---|\n")
@@ -155,6 +157,10 @@ func references(res *results) string {
 		fmtStat(res.vsMinimal[admitted], 2), fmtStat(res.vsMinimal[refused], 2))
 	fmt.Fprintf(&b, "| throughput, Tollgate / %s | %s | %s |\n", labels["redis"],
 		fmtStat(res.vsRedis[admitted], 2), fmtStat(res.vsRedis[refused], 2))
+	fmt.Fprintf(&b, "| throughput, Tollgate / %s | %s | %s |\n", labels["empty"],
+		fmtStat(res.vsEmpty[admitted], 2), fmtStat(res.vsEmpty[refused], 2))
+	fmt.Fprintf(&b, "\n%s: the minimal plugin configured empty, interpreted alike, the floor of any interpreted plugin: with nothing rejected an interpreted pass-through (it calls next), with almost all rejected an interpreted middleware that refuses every request with no work (429, no key, no Redis, no headers). It uses no Redis: its Redis figures are \"—\".\n",
+		labels["empty"])
 	of := "set by -rate"
 	if res.rateOf != "" {
 		of = "half of " + labels[res.rateOf] + "'s saturation in the first run"

@@ -11,6 +11,10 @@
 // clock), Average tokens per Period, at most Burst. A refusal costs a round
 // trip like an admission (as Traefik's redis limiter). A Redis error
 // refuses (429) and drops the connection; there is no fallback.
+//
+// With Empty it is instead the empty middleware, the floor of any
+// interpreted plugin: it calls next, or with Refuse answers 429, and does
+// nothing else (no key, no Redis, no headers).
 package minimal
 
 import (
@@ -40,6 +44,11 @@ type Config struct {
 	Burst int64 `json:"burst,omitempty"`
 	// Redis is the host:port of a Redis server. Default 127.0.0.1:6379.
 	Redis string `json:"redis,omitempty"`
+	// Empty makes New return the empty middleware; the fields above are
+	// then unused.
+	Empty bool `json:"empty,omitempty"`
+	// Refuse makes the empty middleware answer 429 instead of calling next.
+	Refuse bool `json:"refuse,omitempty"`
 }
 
 // CreateConfig returns the defaults.
@@ -90,8 +99,27 @@ type conn struct {
 	buf []byte
 }
 
-// New compiles the command; it does not dial.
+// passThrough is the empty middleware that admits: it calls next.
+type passThrough struct{ next http.Handler }
+
+func (p *passThrough) ServeHTTP(rw http.ResponseWriter, req *http.Request) { p.next.ServeHTTP(rw, req) }
+
+// refuseAll is the empty middleware that refuses: 429, no body.
+type refuseAll struct{}
+
+func (r *refuseAll) ServeHTTP(rw http.ResponseWriter, _ *http.Request) {
+	rw.WriteHeader(http.StatusTooManyRequests)
+}
+
+// New compiles the command; it does not dial. With cfg.Empty it returns
+// the empty middleware.
 func New(_ context.Context, next http.Handler, cfg *Config, _ string) (http.Handler, error) {
+	if cfg.Empty && cfg.Refuse {
+		return &refuseAll{}, nil
+	}
+	if cfg.Empty {
+		return &passThrough{next: next}, nil
+	}
 	period, err := time.ParseDuration(cfg.Period)
 	if err != nil || period <= 0 {
 		return nil, fmt.Errorf("minimal: period %q: must be a positive duration", cfg.Period)
