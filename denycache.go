@@ -65,8 +65,9 @@ type denial struct {
 // refusal is a prepared answer to a refusal from the cache: its headers
 // (keys[i]: vals[i], assigned as they are), its problem body and the
 // counter it is counted in. What a flood of refused requests costs is a
-// map lookup and this written: the refusal path allocates nothing of its
-// own (under Yaegi, every value a path computes is part of its frames).
+// map lookup and this written: nothing is built per request, so the
+// refusal path allocates little beyond its two frames (under Yaegi, every
+// value a path computes is part of its frames).
 type refusal struct {
 	keys    []string
 	vals    [][]string
@@ -74,7 +75,7 @@ type refusal struct {
 	counted *int64
 }
 
-// Results of refuse.
+// Results of refuseCached.
 const (
 	notDenied = iota // no refusal cached for the key
 	inForce          // one is, and lookup has it
@@ -133,6 +134,9 @@ func (c *denyCache) lookup(key string, d []int64) bool {
 // path's one call (a plain function: under Yaegi a method costs more).
 // Otherwise it reports whether c.lookup has a refusal for key.
 func refuseCached(c *denyCache, key string, rw http.ResponseWriter) int {
+	if rw == nil || c.prepare == nil {
+		return inForce // no prepared answers: lookup alone looks (one lock, one map get)
+	}
 	now := int64(time.Since(processStart)) + monoOrigin // c.mono(), inlined
 	if c.now != nil {
 		now = c.now()
@@ -146,7 +150,7 @@ func refuseCached(c *denyCache, key string, rw http.ResponseWriter) int {
 	if now < c.last {
 		now = c.last // see last: a check that waited for the lock read its clock before another's
 	}
-	if rw == nil || now >= e.ansUntil { // ansUntil is 0 while there is no answer
+	if now >= e.ansUntil { // ansUntil is 0 while there is no answer
 		c.mu.Unlock()
 		return inForce
 	}
@@ -173,18 +177,19 @@ func refuseCached(c *denyCache, key string, rw http.ResponseWriter) int {
 func (c *denyCache) keep(e *denial, d []int64) {
 	a := c.prepare(d)
 	until := e.until
-	for i := 2; i < len(d); i++ {
-		m := d[i]
-		wait := i%3 == 2 // waits (2+3k); times until full (3+3k) count when shown
-		if !wait && (i%3 == 1 || !c.showsFull) || m <= 1 || m <= 1000 && (!wait || len(d) == 4) {
-			continue // remaining (1+3k), not shown, or no change before the refusal ends
-		}
-		left := int64(1) // waits of several policies: at the floor
-		if m > 1000 {    // a tick
-			left = ((m+999)/1000 - 1) * 1000
-		}
-		if t := e.at + (e.d[i]-left)*int64(time.Millisecond); t < until {
-			until = t
+	for i := 2; i+1 < len(d); i += 3 { // each policy's wait, then its time until full
+		for j, m := range d[i : i+2] {
+			left := int64(-1) // ms left when what the answer shows of m changes; -1: not before the refusal ends
+			switch {
+			case j == 1 && !c.showsFull:
+			case m > 1000: // a tick of the seconds shown
+				left = ((m+999)/1000 - 1) * 1000
+			case j == 0 && m > 1 && len(d) > 4: // several policies' waits: countDown's floor
+				left = 1
+			}
+			if t := e.at + (e.d[i+j]-left)*int64(time.Millisecond); left >= 0 && t < until {
+				until = t
+			}
 		}
 	}
 	c.mu.Lock()
