@@ -26,6 +26,7 @@ func TestMain(m *testing.M) {
 	// Password files the tests write live under the temporary directory:
 	// allowed, for the loaders in this process and the Traefiks it starts.
 	os.Setenv("TOLLGATE_SECRET_DIRS", os.TempDir())
+	TraefikNice = 10 // Redis keeps a core of its own under a burst, as deployed
 	dir, err := os.MkdirTemp("", "tollgate-gopath")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
