@@ -108,11 +108,11 @@ func (t *Tollgate) unavailableHeaders(rw http.ResponseWriter, set *policySet) in
 
 // decisionValues are the DecisionHeader values by decision, assigned to the
 // header map as they are (each has no spare capacity: an append copies).
-var decisionValues = [...][]string{{"redis"}, {"local"}, {"unavailable"}, {"cache"}}
+var decisionValues = [...][]string{{"redis"}, {"local"}, {"lease"}, {"unavailable"}, {"cache"}}
 
 // shadowValues are decisionValues for a request that shadow policies alone
 // would have refused, let through.
-var shadowValues = [...][]string{{"redis;shadow"}, {"local;shadow"}, {"unavailable;shadow"}, {"cache;shadow"}}
+var shadowValues = [...][]string{{"redis;shadow"}, {"local;shadow"}, {"lease;shadow"}, {"unavailable;shadow"}, {"cache;shadow"}}
 
 // shadowOnly reports whether a refusal (or a 503) comes from shadow
 // policies alone: every policy that refused (a wait) or fails closed

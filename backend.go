@@ -63,6 +63,10 @@ type backend struct {
 	skipped   int64 // checks not sent because the breaker was open
 	fallbacks int64 // requests decided by the local fallback
 	closed    int64 // requests refused with 503 (failureMode closed)
+
+	leasesMu      sync.Mutex
+	leases        *leaseTable // made on first use (leasesOf)
+	giveBacksLost int64       // leases whose give-back failed
 }
 
 // check asks Redis, through the breaker, for decision d, with the caller's

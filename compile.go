@@ -47,6 +47,7 @@ type settings struct {
 	digits      int               // width of the shard number in keys
 	keyLen      int               // length of a client key in Redis (sharded or not)
 	disabled    bool              // no policy at all
+	leases      bool              // the top level or a plan leases (lease.go): every call honours leases
 	region      *regions.Settings // nil without regions (region.go)
 	regionPeers []redisSettings   // the peers' Redis, in region.Peers' order
 }
@@ -117,6 +118,9 @@ func compile(cfg *Config, name string) (*settings, error) {
 		p.name = s.class
 		p.failClosed = topClosed
 		p.shadow = cfg.Shadow
+		if p.lease, err = compileLease("lease", cfg.Lease); err != nil {
+			return nil, err
+		}
 		s.top = p
 	} else if _, err := positiveDuration("period", period); err != nil {
 		return nil, err
@@ -208,6 +212,12 @@ func compile(cfg *Config, name string) (*settings, error) {
 		return nil, fmt.Errorf("planHeader: %q is also the client key's header (sourceCriterion.requestHeaderName)", cfg.PlanHeader)
 	}
 	s.byHeader = s.source.header != "" && s.shards <= 1
+	for _, p := range append([]*policy{s.top}, s.plans...) {
+		s.leases = s.leases || p != nil && p.lease.max > 0
+	}
+	if s.shards > 1 || cfg.Region != nil {
+		s.leases = false // see Lease in the README: a sharded or regional key is not leased
+	}
 	if s.redis, err = compileRedis(&cfg.Redis); err != nil {
 		return nil, err
 	}
@@ -306,6 +316,13 @@ func compilePlans(cfg *Config, s *settings, period string, topClosed bool, names
 		p.name = pl.Name
 		p.keySuffix = ":" + pl.Name
 		p.shadow = cfg.Shadow
+		lease, lf := cfg.Lease, "lease"
+		if pl.Lease != nil {
+			lease, lf = *pl.Lease, field+".lease"
+		}
+		if p.lease, err = compileLease(lf, lease); err != nil {
+			return err
+		}
 		s.plans = append(s.plans, p)
 	}
 	if d := strings.TrimSpace(cfg.DefaultPlan); d != "" {

@@ -40,6 +40,9 @@ type Config struct {
 	// middleware's, not a rule's. Default 1 (no split); at most 1024; burst
 	// must be at least Shards x Cost.
 	Shards int64 `json:"shards,omitempty" yaml:"shards,omitempty" toml:"shards,omitempty"`
+	// Lease lets a pod serve a hot client from tokens reserved for it in
+	// Redis (see Lease). Default off.
+	Lease Lease `json:"lease,omitempty" yaml:"lease,omitempty" toml:"lease,omitempty"`
 	// Rules add buckets for matching requests; every matching rule is charged
 	// together with the top-level limit, all or nothing. Default none.
 	Rules []Rule `json:"rules,omitempty" yaml:"rules,omitempty" toml:"rules,omitempty"`
@@ -186,9 +189,24 @@ type Plan struct {
 	Burst       int64  `json:"burst,omitempty" yaml:"burst,omitempty" toml:"burst,omitempty"`
 	Cost        int64  `json:"cost,omitempty" yaml:"cost,omitempty" toml:"cost,omitempty"`
 	FailureMode string `json:"failureMode,omitempty" yaml:"failureMode,omitempty" toml:"failureMode,omitempty"`
+	// Lease as at the top level; unset means the top level's.
+	Lease *Lease `json:"lease,omitempty" yaml:"lease,omitempty" toml:"lease,omitempty"`
 	// Unlimited: the plan's clients pass the top-level limit (no bucket,
 	// no RateLimit headers of it); rules still apply.
 	Unlimited bool `json:"unlimited,omitempty" yaml:"unlimited,omitempty" toml:"unlimited,omitempty"`
+}
+
+// Lease: when Redis admits a request and the client's buckets, after it,
+// still hold at least 2 x Max x the pods counted requests' worth, the same
+// script call reserves Max more for this pod, charged at once; the pod
+// admits the client's next Max requests itself, with no Redis call,
+// until they are spent or TTL ends. Tokens left at the end go back to the
+// bucket. Near the limit nothing is leased, so refusals stay Redis's.
+type Lease struct {
+	// Max is the requests one lease holds. 0 (default) turns leases off.
+	Max int64 `json:"max,omitempty" yaml:"max,omitempty" toml:"max,omitempty"`
+	// TTL is how long a lease may be spent. Default "1s"; at most "10s".
+	TTL string `json:"ttl,omitempty" yaml:"ttl,omitempty" toml:"ttl,omitempty"`
 }
 
 // Rule is an extra bucket charged for the requests it matches.

@@ -22,6 +22,7 @@ import (
 const (
 	decidedRedis       = metrics.ByRedis
 	decidedLocal       = metrics.ByLocal
+	decidedLease       = metrics.ByLease // admitted from the pod's lease (lease.go)
 	decidedUnavailable = metrics.ByUnavailable
 	decidedCache       = metrics.ByCache    // a refusal from Redis still in force (denycache.go)
 	decidedAnswered    = metrics.NDecisions // the same, already answered from its prepared refusal
@@ -40,6 +41,9 @@ func decide(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseWrit
 		return decideAny(t, set, req, rw, d)
 	}
 	key := hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])
+	if set.lease != nil {
+		return decideLeased(t, set, key, rw, d)
+	}
 	r := notDenied
 	if atomic.LoadInt64(&set.denied.n) != 0 {
 		if r = refuseCached(set.denied, key, rw); r == refused {
@@ -73,6 +77,9 @@ func decideKey(t *Tollgate, set *policySet, key string, r int, d []int64) int {
 // decideAny is decide for any client identity, sharded or not.
 func decideAny(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseWriter, d []int64) int {
 	key := clientKey(t.set.class, t.set.source.identity(req))
+	if set.lease != nil { // never sharded, never keyed by rules their own way
+		return decideLeased(t, set, key, rw, d)
+	}
 	rkey := key
 	if t.set.shards > 1 {
 		rkey = t.set.shardKey(key)

@@ -75,7 +75,7 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	hb, floor := t.hb, set.replicas
 	shared.metrics.Class(set.class, func(now int64) int64 { return replicasSeen(hb, floor, now) }, now)
 	if set.top != nil {
-		t.top = t.prepared(withHeaders(newPolicySet([]*policy{set.top}, set.keyLen), set.headers))
+		t.top = t.withLeases(t.prepared(withHeaders(newPolicySet([]*policy{set.top}, set.keyLen), set.headers)))
 		t.plain = len(set.rules) == 0 && t.top.plain && set.plans == nil && set.exempt == nil
 	}
 	return t, nil
@@ -105,7 +105,7 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	if v := req.Header[t.set.source.header]; t.set.byHeader && len(v) > 0 && v[0] != "" {
 		sum := sha256.Sum256([]byte(t.set.headerTag + v[0]))
 		key = keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}" // hashKey, inlined
-		if atomic.LoadInt64(&t.top.denied.n) != 0 {
+		if t.top.lease == nil && atomic.LoadInt64(&t.top.denied.n) != 0 { // a lease is spent first (decideLeased)
 			if r = refuseCached(t.top.denied, key, rw); r == refused {
 				return
 			}
@@ -124,6 +124,8 @@ func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key stri
 	// decideKey's common case inlined (a frame fewer: 0.9 KB under Yaegi).
 	if key == "" {
 		how = decideAny(t, top, req, rw, d)
+	} else if top.lease != nil {
+		how = decideLeased(t, top, key, rw, d)
 	} else if r == inForce || t.notes != nil {
 		how = decideKey(t, top, key, r, d)
 	} else if redisCheck(t.be, top.cmd, key, d, &t.set.redis, t.hb) != nil {
@@ -131,7 +133,7 @@ func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key stri
 	} else if d[0] != 1 {
 		top.denied.remember(key, d)
 	}
-	if how > decidedLocal || d[0] != 1 || d[1] < top.nearBelow { // near the limit: counted by answer
+	if how > decidedLease || d[0] != 1 || d[1] < top.nearBelow { // near the limit: counted by answer
 		if how != decidedAnswered {
 			t.answer(rw, req, top, d, how)
 		}
@@ -229,6 +231,7 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 	if s.ownKeys && t.set.redis.mode == redis.Cluster {
 		withGroups(s, t.set.keyLen)
 	}
+	t.withLeases(s)
 	t.sets[mask] = s
 	return s
 }

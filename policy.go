@@ -23,6 +23,7 @@ type policy struct {
 	periodSecs int64   // w in RateLimit-Policy
 	failClosed bool
 	shadow     bool            // never refuses (Config.Shadow)
+	lease      leaseShape      // the top level's and a plan's (Config.Lease); max 0: none
 	m          *metrics.Policy // its counters (internal/metrics); set by New
 	// rule matching; the top-level policy matches everything
 	pathPrefix string

@@ -40,6 +40,9 @@ type policySet struct {
 	groups   []*policySet
 	groupPos [][]int
 
+	// lease, when not nil, leases the set's requests (lease.go).
+	lease *leasing
+
 	// Shadow policies (Config.Shadow): shadow when some policy is one;
 	// enforce is the set of the others (nil when none), charged on their
 	// own when a request is refused by shadow policies alone.
@@ -50,7 +53,7 @@ type policySet struct {
 	// its count of requests admitted, decided how (redis or local); fewer
 	// than nearBelow tokens left is near the limit (a fifth of the burst:
 	// 5 x remaining < burst), counted by answer.
-	admitted  [2]*int64
+	admitted  [3]*int64
 	nearBelow int64
 
 	// The hot path's headers (ServeHTTP): plain when an admitted request
@@ -85,7 +88,8 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 		s.cmd = s.cmd.Whole()
 	}
 	m := ps[0].m
-	s.admitted = [2]*int64{&m.N[metrics.ByRedis*metrics.NResults+metrics.Allowed], &m.N[metrics.ByLocal*metrics.NResults+metrics.Allowed]}
+	s.admitted = [3]*int64{&m.N[metrics.ByRedis*metrics.NResults+metrics.Allowed], &m.N[metrics.ByLocal*metrics.NResults+metrics.Allowed],
+		&m.N[metrics.ByLease*metrics.NResults+metrics.Allowed]}
 	s.nearBelow = (int64(ps[0].lim.burst) + 4) / 5
 	if s.shadow {
 		for _, p := range ps {

@@ -14,8 +14,12 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
-// bucket is the bucket script as the client loads and names it.
-var bucket = redis.NewScript(bucketScript)
+// The scripts as the client loads and names them.
+var (
+	bucket      = redis.NewScript(bucketScript)
+	leaseBucket = redis.NewScript(leaseScript)
+	giveBack    = redis.NewScript(giveBackScript)
+)
 
 // connect makes b's deployment for set (TLS files read now) and starts
 // it: the first connection (standalone) or the topology (Sentinel,
@@ -49,29 +53,59 @@ func connect(b *backend, set redisSettings) error {
 	return nil
 }
 
-// newCommand prepares the script call for policies ps, whose keys are a
-// client key (fixed length keyLen; clientKeyLen for a rule keyed its own
-// way, never sharded) plus each policy's keySuffix; then interval, burst
-// and cost of every bucket, and with regions each bucket's static share.
-func newCommand(ps []*policy, keyLen int) *redis.Command {
-	lens := make([]int, len(ps))
-	suffixes := make([]string, len(ps))
-	var args []string
-	for i, p := range ps {
-		lens[i] = keyLen
+// cmdParts is the shape of a script call over policies: each key's
+// length (keyLen; clientKeyLen for a rule keyed its own way, never
+// sharded) and suffix, and the interval, burst and cost of every bucket
+// (then, with regions, each bucket's static share).
+type cmdParts struct {
+	lens     []int
+	suffixes []string
+	args     []string
+}
+
+// commandParts returns the call's shape over ps for client keys of keyLen.
+func commandParts(ps []*policy, keyLen int) cmdParts {
+	var c cmdParts
+	for _, p := range ps {
+		n := keyLen
 		if p.source != nil {
-			lens[i] = clientKeyLen
+			n = clientKeyLen
 		}
-		suffixes[i] = p.keySuffix
-		args = append(args, strconv.FormatFloat(p.shard.interval, 'g', -1, 64),
+		c.lens = append(c.lens, n)
+		c.suffixes = append(c.suffixes, p.keySuffix)
+		c.args = append(c.args, strconv.FormatFloat(p.shard.interval, 'g', -1, 64),
 			strconv.FormatFloat(p.shard.burst, 'g', -1, 64), strconv.FormatFloat(p.shard.cost, 'g', -1, 64))
 	}
 	if ps[0].regionPPM != 0 {
 		for _, p := range ps {
-			args = append(args, strconv.FormatInt(p.regionPPM, 10))
+			c.args = append(c.args, strconv.FormatInt(p.regionPPM, 10))
 		}
 	}
-	return redis.NewCommand(bucket, lens, suffixes, args, checkDecision)
+	return c
+}
+
+// newCommand prepares the bucket script's call for policies ps, whose
+// keys are a client key of keyLen bytes plus each policy's keySuffix.
+func newCommand(ps []*policy, keyLen int) *redis.Command {
+	c := commandParts(ps, keyLen)
+	return redis.NewCommand(bucket, c.lens, c.suffixes, c.args, checkDecision)
+}
+
+// leaseCommand prepares the lease script's call of shape c (lease.go):
+// this pod's lease field, max requests per lease, its ttl in µs, the pods
+// counted, and whether it asks for a lease (its reply then ends with the
+// requests granted and the lease's end).
+func leaseCommand(c cmdParts, field string, max, ttlUS, pods int64, ask bool) *redis.Command {
+	flag := "0"
+	if ask {
+		flag = "1"
+	}
+	args := append(append([]string(nil), c.args...), field, strconv.FormatInt(max, 10), strconv.FormatInt(ttlUS, 10), strconv.FormatInt(pods, 10), flag)
+	verify := checkDecision
+	if ask {
+		verify = func(d []int64) error { return checkDecision(d[:len(d)-2]) } // the grant's numbers are not a bucket's
+	}
+	return redis.NewCommand(leaseBucket, c.lens, c.suffixes, args, verify)
 }
 
 // tlsConfig builds the TLS configuration of set: the server verified by

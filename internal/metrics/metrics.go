@@ -47,6 +47,7 @@ const (
 const (
 	ByRedis       = iota
 	ByLocal       // the local fallback
+	ByLease       // admitted from the pod's lease (no Redis call)
 	ByUnavailable // Redis unavailable, the policy fails closed: 503
 	ByCache       // a refusal from Redis still in force
 	NDecisions
@@ -54,7 +55,7 @@ const (
 
 var (
 	resultNames   = [NResults]string{"allowed", "limited", "unavailable", "shadow_limited"}
-	decisionNames = [NDecisions]string{"redis", "local", "unavailable", "cache"}
+	decisionNames = [NDecisions]string{"redis", "local", "lease", "unavailable", "cache"}
 	// reasonNames are the reason label's values, by redis.Kind.
 	reasonNames = [redis.Kinds]string{"timeout", "dial", "connection", "reply", "redirect", "readonly", "no_route", "queue_full"}
 )
