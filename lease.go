@@ -91,11 +91,11 @@ func compileLease(field string, l Lease) (leaseShape, error) {
 type leasing struct {
 	shape leaseShape
 	table *leaseTable
-	tag   string    // the set's calls' shape: its leases' prefix in table
-	field string    // this pod's field in the sets' lease hashes
-	costs []int64   // each bucket's cost: a lease's requests in its tokens
-	back  []string  // each bucket's suffix, interval and cost, for give-backs
-	parts cmdParts  // the call's shape, for the asking commands
+	tag   string   // the set's calls' shape: its leases' prefix in table
+	field string   // this pod's field in the sets' lease hashes
+	costs []int64  // each bucket's cost: a lease's requests in its tokens
+	back  []string // each bucket's suffix, interval and cost, for give-backs
+	parts cmdParts // the call's shape, for the asking commands
 	mu    sync.Mutex
 	asks  map[int64]*redis.Command // asking calls by pods counted
 }
@@ -119,8 +119,8 @@ type lease struct {
 type leaseTable struct {
 	rc      *redis.Client // the backend's (not the backend: see lease)
 	lost    *int64        // the backend's giveBacksLost
-	id      string // this pod's name in Redis's lease hashes: the instance and the table
-	n       int64 // len(leases), read without the lock by the hot path
+	id      string        // this pod's name in Redis's lease hashes: the instance and the table
+	n       int64         // len(leases), read without the lock by the hot path
 	mu      sync.Mutex
 	leases  map[string]*lease
 	ended   []*lease // ended with requests left: to give back
