@@ -105,7 +105,11 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	if v := req.Header[t.set.source.header]; t.set.byHeader && len(v) > 0 && v[0] != "" {
 		sum := sha256.Sum256([]byte(t.set.headerTag + v[0]))
 		key = keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}" // hashKey, inlined
-		if t.top.lease == nil && atomic.LoadInt64(&t.top.denied.n) != 0 {          // a lease is spent first (decideLeased)
+		if t.top.lease != nil {                                                    // a lease is spent first, before the deny cache (decideLeased)
+			if atomic.LoadInt64(&t.top.lease.table.n) != 0 && serveLeased(t, rw, req, key) {
+				return
+			}
+		} else if atomic.LoadInt64(&t.top.denied.n) != 0 {
 			if r = refuseCached(t.top.denied, key, rw); r == refused {
 				return
 			}
