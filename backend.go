@@ -307,6 +307,7 @@ type backendStats struct {
 	Skipped   int64 // checks not sent: breaker open
 	Fallbacks int64 // requests decided by the local fallback
 	Closed    int64 // requests refused with 503 (failureMode closed)
+	Lost      int64 // leases whose give-back failed (lease.go)
 	Open      int   // connections open to Redis
 	Breaker   bool  // the breaker is open
 }
@@ -318,6 +319,7 @@ func (b *backend) stats() backendStats {
 		Skipped:   atomic.LoadInt64(&b.skipped),
 		Fallbacks: atomic.LoadInt64(&b.fallbacks),
 		Closed:    atomic.LoadInt64(&b.closed),
+		Lost:      atomic.LoadInt64(&b.giveBacksLost),
 		Open:      open,
 		Breaker:   b.breaker.isOpen(),
 	}

@@ -23,8 +23,10 @@ package tollgate
 // queries), the breaker's prober (backend.probeLoop; one per Redis while
 // the breaker is open, ending when it closes or after watchIdle without
 // checks), the sentinel watcher (backend.watchSentinels; ends after
-// watchIdle without checks) and the region exchange (exchanger.loop; one
-// per region configuration, ending once a reload has dropped it).
+// watchIdle without checks), the region exchange (exchanger.loop; one
+// per region configuration, ending once a reload has dropped it) and the
+// leases' give-backs (leaseTable.giveBackLoop; one per Redis while leases
+// are out, ending when none is).
 
 import (
 	"fmt"
