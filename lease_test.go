@@ -256,3 +256,48 @@ func TestLeaseFieldsFromAClockSteppedBackAreDropped(t *testing.T) {
 		t.Errorf("RateLimit %q, want r=59 (60 the leases leave, less this request)", got)
 	}
 }
+
+func TestLeaseDecisionsCounted(t *testing.T) {
+	addr := redistest.Start(t)
+	class := uniqueName("leased")
+	h := handlerOn(t, addr, func(c *Config) {
+		c.Class, c.Average, c.Period, c.Burst = class, 100, "1h", 100
+		c.Replicas, c.Redis.Heartbeat = 3, "0"
+		c.Lease = Lease{Max: 10}
+	})
+	sendAll(h, "k", 11)
+	m := scrape(t)
+	if got := m[requests(class, class, "lease", "allowed")]; got != 10 {
+		t.Errorf("%s = %v, want 10", requests(class, class, "lease", "allowed"), got)
+	}
+	if got := m[requests(class, class, "redis", "allowed")]; got != 1 {
+		t.Errorf("%s = %v, want 1", requests(class, class, "redis", "allowed"), got)
+	}
+}
+
+func TestLeaseConfigFromStrings(t *testing.T) {
+	for _, tc := range []struct {
+		lease Lease
+		ttl   time.Duration
+		err   string
+	}{
+		{lease: Lease{Max: 10}, ttl: time.Second},
+		{lease: Lease{Max: 10, TTL: "2"}, ttl: 2 * time.Second},
+		{lease: Lease{Max: 10, TTL: "1.5s"}, ttl: 1500 * time.Millisecond},
+		{lease: Lease{Max: -1}, err: "lease.max: -1 is negative"},
+		{lease: Lease{Max: 10, TTL: "11s"}, err: `lease.ttl: "11s" is longer than 10s`},
+		{lease: Lease{Max: 10, TTL: "0"}, err: "lease.ttl"},
+		{lease: Lease{Max: 2000000}, err: "lease.max: 2000000 is more than 1000000"},
+	} {
+		got, err := compileLease("lease", tc.lease)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%+v: error %v, want %q", tc.lease, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got.ttl != int64(tc.ttl) || got.max != tc.lease.Max {
+			t.Errorf("%+v: %+v, %v; want ttl %v", tc.lease, got, err, tc.ttl)
+		}
+	}
+}

@@ -101,11 +101,11 @@ func TestConfigFormatsDecodeAlike(t *testing.T) {
 		desc string
 		d    *dynamic
 		// labels spell durations as bare seconds
-		period, timeout, probe, heartbeat, interval, peerTimeout string
+		period, timeout, probe, heartbeat, interval, peerTimeout, leaseTTL string
 	}{
-		{desc: "yaml", d: decodeFile(t, testdata("config", "dynamic.yaml")), period: "1m", timeout: "5ms", probe: "3s", heartbeat: "10s", interval: "5s", peerTimeout: "1s"},
-		{desc: "toml", d: decodeFile(t, testdata("config", "dynamic.toml")), period: "1m", timeout: "5ms", probe: "3s", heartbeat: "10s", interval: "5s", peerTimeout: "1s"},
-		{desc: "labels", d: decodeLabels(t, testdata("config", "labels.txt")), period: "60", timeout: "0.005", probe: "3", heartbeat: "10", interval: "5", peerTimeout: "1"},
+		{desc: "yaml", d: decodeFile(t, testdata("config", "dynamic.yaml")), period: "1m", timeout: "5ms", probe: "3s", heartbeat: "10s", interval: "5s", peerTimeout: "1s", leaseTTL: "2s"},
+		{desc: "toml", d: decodeFile(t, testdata("config", "dynamic.toml")), period: "1m", timeout: "5ms", probe: "3s", heartbeat: "10s", interval: "5s", peerTimeout: "1s", leaseTTL: "2s"},
+		{desc: "labels", d: decodeLabels(t, testdata("config", "labels.txt")), period: "60", timeout: "0.005", probe: "3", heartbeat: "10", interval: "5", peerTimeout: "1", leaseTTL: "2"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			opts := tc.d.options(t, "api-limit")
@@ -115,6 +115,7 @@ func TestConfigFormatsDecodeAlike(t *testing.T) {
 			}
 			w := *want
 			w.Period, w.Redis.Timeout, w.Redis.ProbeInterval, w.Redis.Heartbeat = tc.period, tc.timeout, tc.probe, tc.heartbeat
+			w.Lease = tollgate.Lease{Max: 10, TTL: tc.leaseTTL}
 			w.Region = &tollgate.RegionConfig{Name: "eu-west", Weight: 2, Interval: tc.interval,
 				Peers: []tollgate.PeerConfig{{Name: "us-east", Weight: 1, Endpoints: []string{"127.0.0.1:2"}, Timeout: tc.peerTimeout}}}
 			if !reflect.DeepEqual(got, &w) {
