@@ -86,10 +86,18 @@ func compileLease(field string, l Lease) (leaseShape, error) {
 	return leaseShape{max: l.Max, ttl: int64(ttl)}, nil
 }
 
+// hotGap is the longest gap between a client's calls on a pod at which
+// a lease of shape is worth asking for: at that rate the pod spends a
+// quarter of it within its ttl.
+func hotGap(shape leaseShape) int64 {
+	return 4 * shape.ttl / shape.max
+}
+
 // leasing is what a leased policy set needs: its lease shape, its name in
 // the backend's table and in Redis, and its asking calls.
 type leasing struct {
 	shape leaseShape
+	gap   int64 // ns: a client whose calls come closer than this is hot (ask)
 	table *leaseTable
 	tag   string   // the set's calls' shape: its leases' prefix in table
 	field string   // this pod's field in the sets' lease hashes
@@ -124,8 +132,9 @@ type leaseTable struct {
 	n       int64         // len(leases), read without the lock by the hot path
 	mu      sync.Mutex
 	leases  map[string]*lease
-	ended   []*lease // ended with requests left: to give back
-	running bool     // giveBackLoop runs
+	ended   []*lease         // ended with requests left: to give back
+	seen    map[string]int64 // when a call for a key (not asking) last went out, monotonic ns
+	running bool             // giveBackLoop runs
 }
 
 // leaseTables counts the tables made: each names its leases in Redis
@@ -138,7 +147,7 @@ func leasesOf(b *backend) *leaseTable {
 	defer b.leasesMu.Unlock()
 	if b.leases == nil {
 		id := instanceID + "." + strconv.FormatInt(atomic.AddInt64(&leaseTables, 1), 10)
-		b.leases = &leaseTable{rc: b.rc, lost: &b.giveBacksLost, id: id, leases: make(map[string]*lease)}
+		b.leases = &leaseTable{rc: b.rc, lost: &b.giveBacksLost, id: id, leases: make(map[string]*lease), seen: make(map[string]int64)}
 	}
 	return b.leases
 }
@@ -161,7 +170,7 @@ func (t *Tollgate) withLeases(s *policySet) *policySet {
 	h.Write([]byte(strings.Join(parts.suffixes, "\x00") + "\x00" + strings.Join(parts.args, " ")))
 	tag := strconv.FormatUint(h.Sum64(), 36)
 	tb := leasesOf(t.be)
-	ls := &leasing{shape: shape, table: tb, tag: tag + "/", field: tb.id + "/" + tag, parts: parts, asks: map[int64]*redis.Command{}}
+	ls := &leasing{shape: shape, gap: hotGap(shape), table: tb, tag: tag + "/", field: tb.id + "/" + tag, parts: parts, asks: map[int64]*redis.Command{}}
 	for i, p := range s.ps {
 		ls.costs = append(ls.costs, int64(p.lim.cost))
 		ls.back = append(ls.back, p.keySuffix, parts.args[3*i], parts.args[3*i+2])
@@ -276,15 +285,27 @@ func serveLeased(t *Tollgate, rw http.ResponseWriter, req *http.Request, key str
 	return true
 }
 
-// ask reports whether a call for key may ask for a lease: none is out for
-// it, and the table has room. It then marks one out (answered: granted).
-func (tb *leaseTable) ask(k string) bool {
+// ask reports whether a call for key (at now, monotonic ns) may ask for a
+// lease: none is out for it, the table has room, and the client is hot
+// on this pod: its previous call went out less than gap ago (at that
+// rate a lease is spent within its ttl, not given back almost whole: a
+// lukewarm client's lease would cost a give-back for a request or two).
+// It then marks one out (answered: granted).
+func (tb *leaseTable) ask(k string, now, gap int64) bool {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	e := tb.leases[k]
 	if e != nil || len(tb.leases) >= maxLeases {
 		return false
 	}
+	if last, ok := tb.seen[k]; !ok || now-last > gap {
+		if len(tb.seen) >= maxLeases {
+			tb.seen = make(map[string]int64) // bounded: forgetting only delays a lease
+		}
+		tb.seen[k] = now
+		return false
+	}
+	tb.seen[k] = now
 	tb.leases[k] = &lease{asking: true}
 	atomic.StoreInt64(&tb.n, int64(len(tb.leases)))
 	return true
@@ -413,13 +434,14 @@ func decideLeased(t *Tollgate, set *policySet, key string, rw http.ResponseWrite
 		}
 	}
 	k := ls.tag + key
-	if !ls.table.ask(k) {
+	now := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
+	if !ls.table.ask(k, now, ls.gap) {
 		if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
 			return fallback(t, set, key, d)
 		}
 		return leaseRefused(set, key, d)
 	}
-	sent := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
+	sent := now
 	n := len(d)
 	ld := make([]int64, n+2)
 	err := redisCheck(t.be, ls.asking(replicasSeen(t.hb, t.set.replicas, sent)), key, ld, &t.set.redis, t.hb)

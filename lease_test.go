@@ -66,7 +66,8 @@ func TestLeaseGrantedAboveTheThresholdOnly(t *testing.T) {
 	addr := redistest.Start(t)
 	// 100 an hour, burst 100; a lease holds 10; 3 pods: a grant needs 60
 	// left after the request. So leases are granted while the bucket
-	// holds 61 or more, and the last 60 requests are Redis's.
+	// holds 61 or more, and the last requests are Redis's. The client's
+	// first call asks for none (it is not yet hot: ask), its second does.
 	h := leased(t, addr, 100, "1h", 100, 10, "10s")
 	before := scriptCalls(t, addr)
 	passed, how := sendAll(h, "k", 130)
@@ -75,8 +76,8 @@ func TestLeaseGrantedAboveTheThresholdOnly(t *testing.T) {
 	if passed != 100 {
 		t.Errorf("%d passed, want the burst, 100", passed)
 	}
-	// Grants at 100, 89, 78, 67 left (each leaves 11 fewer: the request
-	// and 10 leased); at 56 the bucket is under the threshold.
+	// Grants at 99, 88, 77, 66 left (each leaves 11 fewer: the request
+	// and 10 leased); at 55 the bucket is under the threshold.
 	if how["lease"] != 40 {
 		t.Errorf("%d admitted from leases, want 40 (4 leases of 10)", how["lease"])
 	}
@@ -96,8 +97,9 @@ func TestLeaseHeadersCountDown(t *testing.T) {
 		rec := serve(h, "k")
 		rs = append(rs, rec.Header().Get("RateLimit"))
 	}
-	// The grant's request: 100 - 1 - 10 left in Redis, plus the 10
-	// leased; then one fewer each, the lease's included.
+	// The first request: 99 left; the second, the grant's: 99 - 1 - 10
+	// left in Redis, plus the 10 leased; then one fewer each, the lease's
+	// included.
 	for i, want := range []int{99, 98, 97, 96, 95, 94, 93, 92, 91, 90, 89, 88} {
 		if !strings.Contains(rs[i], fmt.Sprintf(";r=%d;", want)) {
 			t.Errorf("request %d: RateLimit %q, want r=%d", i+1, rs[i], want)
@@ -108,13 +110,16 @@ func TestLeaseHeadersCountDown(t *testing.T) {
 func TestLeaseHeldIsOutOfTheBucket(t *testing.T) {
 	addr := redistest.Start(t)
 	// 100 per 10 s (one token every 100 ms), burst 100. Pod a takes a
-	// lease of 10 and spends none of it; 2 s later the bucket has earned
-	// 20 tokens back, but holds at most 90 while a's lease lives: pod b
-	// then gets 90 (and what it earns meanwhile), a its 10.
+	// lease of 10 (with its second request) and spends none of it; 2 s
+	// later the bucket has earned 20 tokens back, but holds at most 90
+	// while a's lease lives: pod b then gets 90 (and what it earns
+	// meanwhile), a its 10.
 	a := leased(t, addr, 100, "10s", 100, 10, "10s")
 	b := leased(t, addr, 100, "10s", 100, 10, "10s")
-	if rec := serve(a, "k"); rec.Code != http.StatusOK || rec.Header().Get("X-Decision") != "redis" {
-		t.Fatalf("a's first request: %d %q", rec.Code, rec.Header().Get("X-Decision"))
+	for i := 0; i < 2; i++ {
+		if rec := serve(a, "k"); rec.Code != http.StatusOK || rec.Header().Get("X-Decision") != "redis" {
+			t.Fatalf("a's request %d: %d %q", i+1, rec.Code, rec.Header().Get("X-Decision"))
+		}
 	}
 	time.Sleep(2 * time.Second)
 	start := time.Now()
@@ -137,21 +142,22 @@ func TestLeaseGivenBackWhenItEnds(t *testing.T) {
 	addr := redistest.Start(t)
 	// A lease of 10 for 300 ms, spent 3 of: its 7 go back. 100 an hour
 	// (36 s a token), so the bucket earns nothing meanwhile: afterwards it
-	// holds 100 - 1 - 3 = 96 (the grant's request and the 3 spent).
+	// holds 100 - 2 - 3 = 95 (the two requests before the lease and the 3
+	// spent).
 	h := leased(t, addr, 100, "1h", 100, 10, "300ms")
-	if p, how := sendAll(h, "k", 4); p != 4 || how["lease"] != 3 {
-		t.Fatalf("4 requests: %d passed %v, want 1 by Redis and 3 from the lease", p, how)
+	if p, how := sendAll(h, "k", 5); p != 5 || how["lease"] != 3 {
+		t.Fatalf("5 requests: %d passed %v, want 2 by Redis and 3 from the lease", p, how)
 	}
 	key := clientKeyOf(h, "k")
-	// 11 tokens out (396 s to full) until the give-back; 4 after (144 s).
+	// 12 tokens out (432 s to full) until the give-back; 5 after (180 s).
 	redistest.WaitFor(t, func() bool {
 		v := redistest.Do(t, addr, "PTTL", key)
 		ms, _ := strconv.ParseInt(v[0], 10, 64)
-		return ms < 200000
+		return ms < 250000
 	}, "the lease's 7 to go back")
 	probe := handlerOn(t, addr, func(c *Config) { c.Average, c.Period, c.Burst = 100, "1h", 100 })
-	if got := serve(probe, "k").Header().Get("RateLimit"); !strings.Contains(got, ";r=95;") {
-		t.Errorf("after the give-back: RateLimit %q, want r=95 (96 before this request)", got)
+	if got := serve(probe, "k").Header().Get("RateLimit"); !strings.Contains(got, ";r=94;") {
+		t.Errorf("after the give-back: RateLimit %q, want r=94 (95 before this request)", got)
 	}
 }
 
@@ -218,14 +224,14 @@ func TestLeaseSurvivesAReloadAndARedisThatLostItsData(t *testing.T) {
 		c.Redis.Username = "reload-test"
 	}
 	h1 := handlerOn(t, addr, cfg)
-	if _, how := sendAll(h1, "k", 3); how["lease"] != 2 {
+	if _, how := sendAll(h1, "k", 3); how["lease"] != 1 {
 		t.Fatalf("before the reload: %v", how)
 	}
 	// A reload: a new instance with the same limits spends the same lease.
 	h2 := handlerOn(t, addr, cfg)
 	redistest.Do(t, addr, "FLUSHALL") // and Redis lost everything meanwhile
-	if _, how := sendAll(h2, "k", 8); how["lease"] != 8 {
-		t.Errorf("after the reload: %v, want the lease's 8 left", how)
+	if _, how := sendAll(h2, "k", 9); how["lease"] != 9 {
+		t.Errorf("after the reload: %v, want the lease's 9 left", how)
 	}
 	// Spent: the next request is Redis's, on a bucket that starts full.
 	if rec := serve(h2, "k"); rec.Header().Get("X-Decision") != "redis" || !strings.Contains(rec.Header().Get("RateLimit"), ";r=99;") {
@@ -242,13 +248,14 @@ func TestLeaseFieldsFromAClockSteppedBackAreDropped(t *testing.T) {
 	// stepped back an hour. It would hold 50 tokens for that hour; it is
 	// dropped, as a field no live lease (ttl at most 10 s) can have.
 	redistest.Do(t, addr, "HSET", key+"}l", "other-pod/x", fmt.Sprintf("50 %d", (time.Now().UnixMicro()-epochUS)+3600e6))
+	serve(h, "k") // the first call asks for no lease (ask)
 	rec := serve(h, "k")
-	if got := rec.Header().Get("RateLimit"); !strings.Contains(got, ";r=99;") {
-		t.Errorf("RateLimit %q, want r=99 (the stale field ignored; 89 in Redis and 10 leased)", got)
+	if got := rec.Header().Get("RateLimit"); !strings.Contains(got, ";r=98;") {
+		t.Errorf("RateLimit %q, want r=98 (the stale field ignored; 88 in Redis and 10 leased)", got)
 	}
 	// A live field of another pod's is counted.
 	redistest.Do(t, addr, "HSET", key+"}l", "other-pod/y", fmt.Sprintf("30 %d", (time.Now().UnixMicro()-epochUS)+5e6))
-	// The bucket misses 11 (89 in Redis), and leases hold 40 of its 100:
+	// The bucket misses 12 (88 in Redis), and leases hold 40 of its 100:
 	// it holds 60, 59 after the probe's request; the probe's own lease of
 	// 1 is counted in its r.
 	probe := leased(t, addr, 100, "1h", 100, 1, "1s")
@@ -265,13 +272,13 @@ func TestLeaseDecisionsCounted(t *testing.T) {
 		c.Replicas, c.Redis.Heartbeat = 3, "0"
 		c.Lease = Lease{Max: 10}
 	})
-	sendAll(h, "k", 11)
+	sendAll(h, "k", 12) // 2 by Redis (the second asks), 10 from the lease
 	m := scrape(t)
 	if got := m[requests(class, class, "lease", "allowed")]; got != 10 {
 		t.Errorf("%s = %v, want 10", requests(class, class, "lease", "allowed"), got)
 	}
-	if got := m[requests(class, class, "redis", "allowed")]; got != 1 {
-		t.Errorf("%s = %v, want 1", requests(class, class, "redis", "allowed"), got)
+	if got := m[requests(class, class, "redis", "allowed")]; got != 2 {
+		t.Errorf("%s = %v, want 2", requests(class, class, "redis", "allowed"), got)
 	}
 }
 
@@ -299,5 +306,24 @@ func TestLeaseConfigFromStrings(t *testing.T) {
 		if err != nil || got.ttl != int64(tc.ttl) || got.max != tc.lease.Max {
 			t.Errorf("%+v: %+v, %v; want ttl %v", tc.lease, got, err, tc.ttl)
 		}
+	}
+}
+
+func TestLeaseOnlyForAHotClient(t *testing.T) {
+	addr := redistest.Start(t)
+	// A lease of 40 for 100 ms is worth asking for when the pod would
+	// spend a quarter of it in its ttl: calls 10 ms apart or closer. A
+	// client calling every 30 ms gets none; one calling back to back does.
+	h := leased(t, addr, 1000, "1h", 1000, 40, "100ms") // grants need 240 left
+	for i := 0; i < 5; i++ {
+		if rec := serve(h, "slow"); rec.Header().Get("X-Decision") != "redis" {
+			t.Fatalf("a client every 30 ms: request %d decided %q, want redis (no lease)", i+1, rec.Header().Get("X-Decision"))
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	// Sleeps only lengthen the gaps, so the check above cannot pass by
+	// chance; the hot client's 3 calls come within microseconds.
+	if _, how := sendAll(h, "hot", 3); how["lease"] != 1 {
+		t.Errorf("a client back to back: %v, want a lease from its second call", how)
 	}
 }
