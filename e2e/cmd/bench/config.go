@@ -48,7 +48,7 @@ func enabled(rt string) bool {
 // runs right after the other.
 func order(rep int) []string {
 	o := append([]string(nil), routes...)
-	if rep%2 == 0 {
+	if rep%2 == 0 && enabled("before") {
 		for i := range o {
 			switch o[i] {
 			case "tollgate":
