@@ -29,9 +29,11 @@ var labels = map[string]string{
 const leased = "leased"
 
 // leaseMax is /leased's lease: 50 requests, for the default ttl (1s). On
-// the hot-key load (about 400 requests/s per key) a lease lasts about an
-// eighth of its ttl, so it is spent, not given back; what a client may be
-// under-admitted is at most 50 requests per pod for 1 s.
+// the hot-key load (some 400 requests/s per key) a lease lasts about a
+// tenth of its ttl, so it is spent, not given back, and about one request
+// in 50 goes to Redis, well under the target of one in 5; a larger one
+// saves little more and under-admits a client more (up to max per pod
+// for a ttl), and a client needs 2 x max x pods left to get one.
 const leaseMax = 50
 
 // withLeased is rts with /leased next to /tollgate: after it in odd reps,
