@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -132,5 +133,24 @@ func TestInstallBefore(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dst, "vendor", "modules.txt")); err != nil {
 		t.Errorf("vendor/ not installed: %v", err)
+	}
+}
+
+// TestOrder: without -before every rep runs the routes as they are; with
+// it, Tollgate and Tollgate before swap places in even reps.
+func TestOrder(t *testing.T) {
+	saved := append([]string(nil), routes...)
+	defer func() { routes = saved; delete(labels, "before") }()
+	for rep := 1; rep <= 2; rep++ {
+		if got := order(rep); !reflect.DeepEqual(got, routes) {
+			t.Errorf("rep %d, no -before: %v, want %v", rep, got, routes)
+		}
+	}
+	enableBefore("abc1234")
+	if got, want := order(1), []string{"none", "inmem", "redis", "tollgate", "before", "minimal", "empty"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("rep 1: %v, want %v", got, want)
+	}
+	if got, want := order(2), []string{"none", "inmem", "redis", "before", "tollgate", "minimal", "empty"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("rep 2: %v, want %v", got, want)
 	}
 }

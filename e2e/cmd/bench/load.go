@@ -61,9 +61,20 @@ func (b *bench) saturate(route string) (wrkResult, error) {
 	return b.saturateWith(route, b.conns)
 }
 
-// saturateWith is saturate with conns wrk connections; it also samples
-// Redis's connections 60% into the run. Redis is route's (redisOf).
+// saturateWith is saturate with conns wrk connections.
 func (b *bench) saturateWith(route string, conns int) (wrkResult, error) {
+	return b.run(route, conns, b.script)
+}
+
+// leaseSettle is how long Redis's counters wait after a run of /leased:
+// its leases' ttl and two give-back intervals, so that what they give back
+// counts in the run that leased it.
+const leaseSettle = 1400 * time.Millisecond
+
+// run runs wrk with script and conns connections against route and
+// records Redis's counters and Traefik's allocations around it; it also
+// samples Redis's connections 60% into the run. Redis is route's (redisOf).
+func (b *bench) run(route string, conns int, script string) (wrkResult, error) {
 	var r wrkResult
 	rd := b.redisOf(route)
 	sampled := make(chan struct{})
@@ -79,12 +90,15 @@ func (b *bench) saturateWith(route string, conns int) (wrkResult, error) {
 	}
 	s0, _ := rd.ScriptCalls()
 	m0, err0 := b.memStats()
-	cmd := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), "-d"+b.wrkDur.String(), "-s", b.script, b.traefik.URL("/"+route))
+	cmd := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), "-d"+b.wrkDur.String(), "-s", script, b.traefik.URL("/"+route))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return r, fmt.Errorf("wrk: %v\n%s", err, out)
 	}
 	m1, err1 := b.memStats()
+	if route == leased {
+		time.Sleep(leaseSettle)
+	}
 	after, err := rd.Info("stats")
 	if err != nil {
 		return r, err

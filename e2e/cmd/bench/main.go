@@ -6,6 +6,9 @@
 //	/inmem     Traefik's rateLimit, in memory
 //	/redis     Traefik's rateLimit with redis
 //	/tollgate  Tollgate (interpreted by Traefik's Yaegi)
+//	/leased    Tollgate with leases (lease: {max: 50}), on a Redis of its
+//	           own; in the nothing-rejected saturation runs and the hot-key
+//	           load only (hot.go)
 //	/minimal   the smallest limiter that makes one Redis round trip per
 //	           request (minimal/, a second local plugin, interpreted too):
 //	           what Tollgate costs above it is what its features cost
@@ -39,6 +42,10 @@
 //     minus /none's;
 //   - Redis cost per request of the Redis limiters: commands and bytes
 //     (INFO stats deltas over the saturation runs);
+//   - leases: on a hot-key load (-hotkeys keys, nothing rejected) the
+//     throughput of Tollgate with leases, without, and Traefik's redis
+//     limiter, saturated as above, and each Tollgate's script calls per
+//     request; with leases over without on the -keys load too;
 //   - Redis memory per active key after -memkeys distinct keys through
 //     Traefik (INFO used_memory delta over DBSIZE, and MEMORY USAGE samples).
 //
@@ -71,6 +78,7 @@ func main() {
 	seq := flag.Int("seq", 3000, "timed requests of each sequential run (after a warm-up of 300)")
 	conns := flag.Int("conns", 64, "wrk connections")
 	keys := flag.Int("keys", 1000, "distinct API keys in the load")
+	hotKeys := flag.Int("hotkeys", 10, "distinct API keys in the hot-key load (0: skip it)")
 	memKeys := flag.Int("memkeys", 200000, "distinct keys for the memory figure (0: skip)")
 	rate := flag.Float64("rate", 0, "fixed request rate (0: half of -rateof's saturation)")
 	rateOf := flag.String("rateof", "redis", "the route whose saturation in the first run, halved, is the fixed rate")
@@ -105,6 +113,11 @@ func main() {
 		log.Fatal(err)
 	}
 	defer r.Kill()
+	rl, err := e2e.StartRedis(dir) // Tollgate with leases'
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rl.Kill()
 	if err := installMinimal(dir); err != nil {
 		log.Fatal(err)
 	}
@@ -120,18 +133,20 @@ func main() {
 		}
 		beforeAddr = rb.Addr
 	}
-	fleet, err := e2e.StartFleetWith(dir, 1, dynamicConf(r.Addr, beforeAddr, admitAll), pluginsStatic(rb != nil))
+	fleet, err := e2e.StartFleetWith(dir, 1, dynamicConf(r.Addr, rl.Addr, beforeAddr, admitAll), pluginsStatic(rb != nil))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer fleet.Stop()
-	b := &bench{dir: dir, redis: r, before: rb, fleet: fleet, traefik: fleet.Replicas[0], wrkDur: *wrkDur, conns: *conns,
-		script: filepath.Join(dir, "keys.lua"), gc: *gc, profile: *profile}
-	lua := fmt.Sprintf("local n = 0\nrequest = function()\n  n = n + 1\n  return wrk.format(\"GET\", nil, {[\"X-API-Key\"] = \"k\" .. (n %% %d)})\nend\n", *keys)
-	if err := os.WriteFile(b.script, []byte(lua), 0o644); err != nil {
+	b := &bench{dir: dir, redis: r, leased: rl, before: rb, fleet: fleet, traefik: fleet.Replicas[0], wrkDur: *wrkDur, conns: *conns,
+		script: filepath.Join(dir, "keys.lua"), hot: filepath.Join(dir, "hot.lua"), gc: *gc, profile: *profile}
+	if err := os.WriteFile(b.script, []byte(keysScript(*keys)), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	var routers []string
+	if err := os.WriteFile(b.hot, []byte(keysScript(*hotKeys)), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	routers := []string{leased + "@file"}
 	for _, rt := range routes {
 		routers = append(routers, rt+"@file")
 	}
@@ -150,6 +165,12 @@ func main() {
 		}
 		if err := b.saturation(res, admitted, rep); err != nil {
 			log.Fatal(err)
+		}
+		// The hot keys, nothing rejected.
+		if *hotKeys > 0 {
+			if err := b.hotKeys(res, rep); err != nil {
+				log.Fatal(err)
+			}
 		}
 		// Redis connections at 512 concurrent requests.
 		for _, rt := range only(order(rep), "redis", "tollgate", "before") {
@@ -253,7 +274,7 @@ func main() {
 		}
 		fmt.Println(strings.Join(lines, "\n"))
 	}
-	md := markdown(res, machine, *reps, *wrkDur, *fixedDur, *seq, *conns, *keys, *memKeys)
+	md := markdown(res, machine, *reps, *wrkDur, *fixedDur, *seq, *conns, *keys, *hotKeys, *memKeys)
 	fmt.Println("\n" + md)
 	if *out != "" {
 		if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -30,7 +31,11 @@ type cpuSample struct {
 // allocations per request, and (with b.gc) a CPU profile of each run.
 func (b *bench) saturation(res *results, pass, rep int) error {
 	kb, mallocs := map[string]float64{}, map[string]float64{} // this rep's, per request
-	for _, rt := range order(rep) {
+	rts := order(rep)
+	if pass == admitted {
+		rts = withLeased(rts, rep)
+	}
+	for _, rt := range rts {
 		path := ""
 		switch {
 		case b.gc:
@@ -65,7 +70,7 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 			res.rps[rt] = append(res.rps[rt], w.rps)
 			res.non2xxAdmit += w.non2xx
 			switch rt {
-			case "tollgate", "before":
+			case "tollgate", "before", leased:
 				res.conns64[rt] = append(res.conns64[rt], float64(w.tgConns))
 			case "minimal":
 				res.conns64[rt] = append(res.conns64[rt], float64(w.minConns))
@@ -113,6 +118,12 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 	res.vsEmpty[pass] = append(res.vsEmpty[pass], rps["tollgate"][rep-1]/rps["empty"][rep-1])
 	fmt.Printf("throughput, %s: Tollgate / minimal %.2f, Tollgate / Traefik redis %.2f, Tollgate / empty %.2f\n", passNames[pass],
 		res.vsMinimal[pass][rep-1], res.vsRedis[pass][rep-1], res.vsEmpty[pass][rep-1])
+	if pass == admitted {
+		res.leasedVsTollgate[keysLoad] = append(res.leasedVsTollgate[keysLoad], rps[leased][rep-1]/rps["tollgate"][rep-1])
+		res.leasedVsRedis[keysLoad] = append(res.leasedVsRedis[keysLoad], rps[leased][rep-1]/rps["redis"][rep-1])
+		fmt.Printf("throughput, %s: Tollgate with leases / without %.2f (target >= %.1f), with leases / Traefik redis %.2f; script calls per request with leases %.3f\n",
+			passNames[pass], res.leasedVsTollgate[keysLoad][rep-1], targetVsWithout, res.leasedVsRedis[keysLoad][rep-1], at(res.scripts[leased], rep))
+	}
 	if enabled("before") {
 		res.vsBefore[pass] = append(res.vsBefore[pass], rps["tollgate"][rep-1]/rps["before"][rep-1])
 		fmt.Printf("throughput, %s: Tollgate / %s %.2f\n", passNames[pass], labels["before"], res.vsBefore[pass][rep-1])
@@ -147,6 +158,14 @@ func (b *bench) cpuShares(res *results) {
 		res.gcShare[p.pass][p.route] = append(res.gcShare[p.pass][p.route], 100*gc)
 		res.allocShare[p.pass][p.route] = append(res.allocShare[p.pass][p.route], 100*alloc)
 	}
+}
+
+// at is s's figure of rep, NaN when rep has none.
+func at(s stat, rep int) float64 {
+	if len(s) < rep {
+		return math.NaN()
+	}
+	return s[rep-1]
 }
 
 func copyFile(src, dst string) error {

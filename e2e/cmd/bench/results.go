@@ -71,6 +71,15 @@ type results struct {
 	vsBefore, allocVsBefore, mallocsVsBefore [2]stat
 	p99VsBefore                              stat
 	p99VsBeforeSkipped                       int
+
+	// Leases (hot.go): the hot-key load's throughput, script calls and
+	// heap per request by route; each run's ratios on the -keys load and
+	// the hot one (keysLoad, hotLoad); Tollgate over Traefik redis on the
+	// hot one.
+	hotRPS, hotScripts, hotKB       map[string]stat
+	non2xxHot                       int64
+	leasedVsTollgate, leasedVsRedis [2]stat
+	hotVsRedis                      stat
 }
 
 func newResults() *results {
@@ -81,10 +90,11 @@ func newResults() *results {
 		memPerKey: m(), memUsage: m(), memKeys: m(), conns64: m(), conns512: m(),
 		allocKB: [2]map[string]stat{m(), m()}, allocKBAdded: [2]map[string]stat{m(), m()},
 		mallocs: [2]map[string]stat{m(), m()}, mallocsAdded: [2]map[string]stat{m(), m()},
-		gcShare: [2]map[string]stat{m(), m()}, allocShare: [2]map[string]stat{m(), m()}, rateOver: map[string]int{}}
+		gcShare: [2]map[string]stat{m(), m()}, allocShare: [2]map[string]stat{m(), m()}, rateOver: map[string]int{},
+		hotRPS: m(), hotScripts: m(), hotKB: m()}
 }
 
-func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Duration, seq, conns, keys, memKeys int) string {
+func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Duration, seq, conns, keys, hotKeys, memKeys int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n\nEach figure: median [min–max] of %d runs. Load: %d API keys (X-API-Key). Saturation: `wrk -t2 -c%d -d%s`. Fixed rate: %.0f requests/s for %s from 64 connections, latency timed from when each request was due (coordinated omission corrected). Sequential: one client on one keep-alive connection sends %d requests one after another (after %d to warm up), nothing else running, each timed from sending to the end of its reply.\n\n",
 		machine, reps, keys, conns, wrkDur, res.rate, fixedDur, seq, seqWarmup)
@@ -141,6 +151,7 @@ func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Dura
 		row("Traefik CPU allocating (mallocgc, GC excluded), "+name+" (%)", res.allocShare[pass], 1, false)
 	}
 	b.WriteString("\n" + references(res))
+	b.WriteString("\n" + leasesMarkdown(res, keys, hotKeys))
 	b.WriteString("\nAllocations: Traefik's runtime.MemStats (expvar, /debug/vars) TotalAlloc and Mallocs over each saturation run, divided by the requests wrk completed; \"added\" subtracts no middleware's in the same run (negative when refusals, which skip the proxy to the backend, allocate less than a proxied request). GC share: a CPU profile of Traefik (/debug/pprof/profile) over each saturation run but its first and last second (every route's run is profiled alike; -gc=false turns it off); a sample is GC's when its stack holds a background mark worker, a mark assist, a write-barrier flush, sweeping, the scavenger or a GC phase change (gcFuncs in e2e/cmd/bench/alloc.go); allocating is runtime.mallocgc outside those.\n")
 	fmt.Fprintf(&b, "\nNon-2xx responses in the nothing-rejected runs: %d; failed requests in the fixed-rate runs: %d; in the sequential runs (errors and non-2xx): %d.\n", res.non2xxAdmit, res.errsFixed, res.errsSeq)
 	return b.String()
