@@ -41,7 +41,8 @@ e2e:
 # plugin side by side in one Traefik: throughput, added latency, allocations
 # and GC share per request, Redis cost and memory per key; writes
 # bench/results.md and bench/chart.png (BENCHMARKS.md quotes them). About
-# 17 minutes. BENCH_ARGS='-before REV' adds Tollgate at git revision REV
+# 18 minutes (the hot-key load: Tollgate with leases, without, and Traefik's redis
+# limiter on 10 keys, -hotkeys). BENCH_ARGS='-before REV' adds Tollgate at git revision REV
 # beside today's, in the same Traefik.
 bench:
 	scripts/deps.sh wrk
