@@ -16,8 +16,10 @@ package tollgate
 // live: bucket key K has a hash K}l, one field per pod and policy set
 // ("<tokens> <until>", until on Redis's clock), and every call over a
 // leasing middleware's buckets counts the live ones, so the bucket holds
-// at most burst less what leases hold. A client that spent little, then
-// bursts, gets its burst and no more: what its pods hold is part of it.
+// at most burst less what leases hold; a lease that ended counts as spent
+// at its end, so that floor never lifts at once. A client that spent
+// little, then bursts, gets its burst and no more: what its pods hold is
+// part of it.
 //
 // Under-admission. A lease's tokens are out of the bucket until it ends,
 // spent or not: at most pods x max requests' worth per client, for at most
@@ -62,6 +64,9 @@ const (
 	giveBackTimeout = 500 * time.Millisecond
 	// maxGiveBacks bounds the leases one give-back call carries.
 	maxGiveBacks = 64
+	// seenSlots is how many clients' last calls a leased set tells apart
+	// (callLeased): 12 bits of their keys' hashes.
+	seenSlots = 4096
 )
 
 // compileLease validates a Config.Lease (field names it in errors).
@@ -106,6 +111,7 @@ type leasing struct {
 	parts cmdParts // the call's shape, for the asking commands
 	mu    sync.Mutex
 	asks  map[int64]*redis.Command // asking calls by pods counted
+	seen  *[seenSlots]int64        // when a call for a client key last went out, monotonic ns, by slot (callLeased)
 }
 
 // lease is one client's lease on this pod (or an ask for one out).
@@ -132,9 +138,8 @@ type leaseTable struct {
 	n       int64         // len(leases), read without the lock by the hot path
 	mu      sync.Mutex
 	leases  map[string]*lease
-	ended   []*lease         // ended with requests left: to give back
-	seen    map[string]int64 // when a call for a key (not asking) last went out, monotonic ns
-	running bool             // giveBackLoop runs
+	ended   []*lease // ended with requests left: to give back
+	running bool     // giveBackLoop runs
 }
 
 // leaseTables counts the tables made: each names its leases in Redis
@@ -147,7 +152,7 @@ func leasesOf(b *backend) *leaseTable {
 	defer b.leasesMu.Unlock()
 	if b.leases == nil {
 		id := instanceID + "." + strconv.FormatInt(atomic.AddInt64(&leaseTables, 1), 10)
-		b.leases = &leaseTable{rc: b.rc, lost: &b.giveBacksLost, id: id, leases: make(map[string]*lease), seen: make(map[string]int64)}
+		b.leases = &leaseTable{rc: b.rc, lost: &b.giveBacksLost, id: id, leases: make(map[string]*lease)}
 	}
 	return b.leases
 }
@@ -170,7 +175,7 @@ func (t *Tollgate) withLeases(s *policySet) *policySet {
 	h.Write([]byte(strings.Join(parts.suffixes, "\x00") + "\x00" + strings.Join(parts.args, " ")))
 	tag := strconv.FormatUint(h.Sum64(), 36)
 	tb := leasesOf(t.be)
-	ls := &leasing{shape: shape, gap: hotGap(shape), table: tb, tag: tag + "/", field: tb.id + "/" + tag, parts: parts, asks: map[int64]*redis.Command{}}
+	ls := &leasing{shape: shape, gap: hotGap(shape), table: tb, tag: tag + "/", field: tb.id + "/" + tag, parts: parts, asks: map[int64]*redis.Command{}, seen: new([seenSlots]int64)}
 	for i, p := range s.ps {
 		ls.costs = append(ls.costs, int64(p.lim.cost))
 		ls.back = append(ls.back, p.keySuffix, parts.args[3*i], parts.args[3*i+2])
@@ -285,27 +290,16 @@ func serveLeased(t *Tollgate, rw http.ResponseWriter, req *http.Request, key str
 	return true
 }
 
-// ask reports whether a call for key (at now, monotonic ns) may ask for a
-// lease: none is out for it, the table has room, and the client is hot
-// on this pod: its previous call went out less than gap ago (at that
-// rate a lease is spent within its ttl, not given back almost whole: a
-// lukewarm client's lease would cost a give-back for a request or two).
-// It then marks one out (answered: granted).
-func (tb *leaseTable) ask(k string, now, gap int64) bool {
+// ask reports whether a hot client's call (key k) may ask for a lease:
+// none is out for it, and the table has room. It then marks one out
+// (answered: granted).
+func (tb *leaseTable) ask(k string) bool {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	e := tb.leases[k]
 	if e != nil || len(tb.leases) >= maxLeases {
 		return false
 	}
-	if last, ok := tb.seen[k]; !ok || now-last > gap {
-		if len(tb.seen) >= maxLeases {
-			tb.seen = make(map[string]int64) // bounded: forgetting only delays a lease
-		}
-		tb.seen[k] = now
-		return false
-	}
-	tb.seen[k] = now
 	tb.leases[k] = &lease{asking: true}
 	atomic.StoreInt64(&tb.n, int64(len(tb.leases)))
 	return true
@@ -422,8 +416,7 @@ func giveBackCommand(leases []*lease, routed bool) (*redis.Command, string) {
 // pod's lease first, then the deny cache, then Redis, asking for a lease
 // when none is out for key.
 func decideLeased(t *Tollgate, set *policySet, key string, rw http.ResponseWriter, d []int64) int {
-	ls := set.lease
-	if takeLease(ls, key, d) {
+	if takeLease(set.lease, key, d) {
 		return decidedLease
 	}
 	if atomic.LoadInt64(&set.denied.n) != 0 {
@@ -433,9 +426,40 @@ func decideLeased(t *Tollgate, set *policySet, key string, rw http.ResponseWrite
 			return decidedCache
 		}
 	}
-	k := ls.tag + key
+	return callLeased(t, set, key, d)
+}
+
+// callLeased is decideLeased's Redis call (no lease to spend, no refusal
+// cached): a client that is hot on the pod (its previous call less than
+// the set's gap ago) asks for a lease (askLease); any other is one
+// check, as without leases, and one map write (ServeHTTP's lukewarm
+// path: the 1,000-key load's).
+func callLeased(t *Tollgate, set *policySet, key string, d []int64) int {
+	ls := set.lease
 	now := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
-	if !ls.table.ask(k, now, ls.gap) {
+	// The slot of two of the key's hash characters (clientKey: "tg{" and
+	// base64): one atomic swap, no lock, no map. Keys that share a slot
+	// look hotter together: at worst an ask more.
+	last := atomic.SwapInt64(&ls.seen[int(key[3]&63)<<6|int(key[4]&63)], now)
+	if now-last <= ls.gap {
+		return askLease(t, set, key, now, d)
+	}
+	if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
+		return fallback(t, set, key, d)
+	}
+	if d[0] != 1 {
+		return leaseRefused(set, key, d)
+	}
+	return decidedRedis
+}
+
+// askLease is callLeased for a hot client: its call asks for a lease
+// unless one is out for it (or the table is full), and a grant becomes
+// this pod's lease.
+func askLease(t *Tollgate, set *policySet, key string, now int64, d []int64) int {
+	ls := set.lease
+	k := ls.tag + key
+	if !ls.table.ask(k) {
 		if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
 			return fallback(t, set, key, d)
 		}
@@ -490,10 +514,16 @@ func leaseRefused(set *policySet, key string, d []int64) int {
 //	                   epochUS); 0: ask for none
 //
 // Each bucket holds at most burst less what live leases hold (the hash's
-// fields: "<tokens> <until>"; ended or malformed ones are dropped, and so
-// is this pod's own when it asks: its lease has ended on the pod). The
-// TAT is raised to that floor before the decision, and stored raised when
-// charged. A grant: when the request passes and every bucket, after it,
+// fields: "<tokens> <until>"): the TAT is raised to that floor before the
+// decision, and stored raised when charged. A lease that ended (its
+// until passed, or this pod's own when it asks again: its lease has ended
+// on the pod) is counted as spent at its end at the latest, with the
+// leases live then: the floor it kept does not lift at once (a client
+// that spent its lease, then bursts, gets what a bucket would have given
+// it, not a bucket that refilled behind the lease); that floor is stored
+// and the field dropped. Malformed fields, and fields ending further ahead
+// than a lease lasts (a clock stepped back), are dropped. The hash lives
+// a ttl and a full refill, so an ended field is still there to count. A grant: when the request passes and every bucket, after it,
 // holds at least 2 x max x pods requests' worth, max requests more are
 // charged and the pod's field records them.
 const leaseScript = `
@@ -513,14 +543,19 @@ for i = 1, n do
   cap[i] = iv[i] * burst[i]
   slack[i] = 1 + burst[i] / 64
   local lk = KEYS[i] .. '}l'
-  local held = 0
+  local held, ended, last = 0, 0, 0
   local hs = redis.call('HGETALL', lk)
   for j = 1, #hs, 2 do
     local tk, u = string.match(hs[j+1], '^(%d+) (%d+)$')
     tk, u = tonumber(tk), tonumber(u)
-    if tk and u and u > now and u <= now + 20000000 and not (ask and hs[j] == field) then
+    if not tk or not u or u > now + 20000000 then
+      redis.call('HDEL', lk, hs[j])
+    elseif u > now and not (ask and hs[j] == field) then
       held = held + tk
     else
+      ended = ended + tk
+      if u > now then u = now end
+      if u > last then last = u end
       redis.call('HDEL', lk, hs[j])
     end
   end
@@ -530,8 +565,12 @@ for i = 1, n do
   clamped[i] = false
   if tat < now then tat = now elseif tat > now + cap[i] then tat = now + cap[i]; clamped[i] = true end
   local floor = now + held * iv[i]
+  if ended > 0 and last + (ended + held) * iv[i] > floor then floor = last + (ended + held) * iv[i] end
   if floor > now + cap[i] then floor = now + cap[i] end
-  if tat < floor then tat = floor end
+  if tat < floor then
+    tat = floor
+    if ended > 0 then clamped[i] = true end
+  end
   s[i] = tat
   if tat + iv[i] * cost[i] - now > cap[i] + slack[i] then ok = 0 end
 end
@@ -553,7 +592,7 @@ for i = 1, n do
   if k > 0 then
     local lk = KEYS[i] .. '}l'
     redis.call('HSET', lk, field, string.format('%.0f %.0f', k * cost[i], untl))
-    local ms = math.ceil(ttl / 1000) + 1
+    local ms = math.min(maxms, math.ceil((ttl + cap[i]) / 1000) + 1)
     if redis.call('PTTL', lk) < ms then redis.call('PEXPIRE', lk, ms) end
   end
   local r = math.floor((now + cap[i] - tat + slack[i]) / iv[i])
@@ -576,10 +615,11 @@ return redis.status_reply(ok .. ' ' .. table.concat(out, ' ') .. tail)
 //	      cost
 //	KEYS  each lease's bucket keys, in order
 //
-// The lease's field is dropped when it is still this grant's (a later
-// grant replaced it otherwise), and each bucket's TAT moves back by r
-// requests' worth, no lower than what the other live leases hold nor than
-// now (full: the key goes). A bucket gone (full) is left alone.
+// The lease's field, when it is still this grant's (a later grant
+// replaced it otherwise), is counted as spent at its end (as leaseScript
+// counts an ended field) and dropped; then each bucket's TAT moves back by
+// r requests' worth, no lower than what the other live leases hold nor
+// than now (full: the key goes).
 const giveBackScript = `
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -594,19 +634,27 @@ while a + 3 <= #ARGV do
     k = k + 1
     a = a + 2
     local lk = key .. '}l'
-    local held = 0
+    local held, mine = 0, 0
     local hs = redis.call('HGETALL', lk)
     for j = 1, #hs, 2 do
       local tk, u = string.match(hs[j+1], '^(%d+) (%d+)$')
-      if hs[j] == field and u == untl then
+      if hs[j] == field and u == untl and tonumber(tk) then
+        mine = tonumber(tk)
         redis.call('HDEL', lk, field)
       elseif tonumber(tk) and tonumber(u) and tonumber(u) > now and tonumber(u) <= now + 20000000 then
         held = held + tonumber(tk)
       end
     end
     local v = tonumber(redis.call('GET', key))
-    if v and r > 0 then
-      local tat = v / 64 - r * cost * iv
+    if (v or mine > 0) and (r > 0 or mine > 0) then
+      local tat = now
+      if v then tat = v / 64 end
+      if mine > 0 then
+        local e = tonumber(untl)
+        if e > now then e = now end
+        if tat < e + (mine + held) * iv then tat = e + (mine + held) * iv end
+      end
+      tat = tat - r * cost * iv
       local floor = now + held * iv
       if tat < floor then tat = floor end
       if tat > now then

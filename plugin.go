@@ -105,11 +105,11 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	if v := req.Header[t.set.source.header]; t.set.byHeader && len(v) > 0 && v[0] != "" {
 		sum := sha256.Sum256([]byte(t.set.headerTag + v[0]))
 		key = keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}" // hashKey, inlined
-		if t.top.lease != nil {                                                    // a lease is spent first, before the deny cache (decideLeased)
-			if atomic.LoadInt64(&t.top.lease.table.n) != 0 && serveLeased(t, rw, req, key) {
-				return
-			}
-		} else if atomic.LoadInt64(&t.top.denied.n) != 0 {
+		// A lease is spent first, before the deny cache (decideLeased).
+		if ls := t.top.lease; ls != nil && atomic.LoadInt64(&ls.table.n) != 0 && serveLeased(t, rw, req, key) {
+			return
+		}
+		if atomic.LoadInt64(&t.top.denied.n) != 0 {
 			if r = refuseCached(t.top.denied, key, rw); r == refused {
 				return
 			}
@@ -128,10 +128,10 @@ func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key stri
 	// decideKey's common case inlined (a frame fewer: 0.9 KB under Yaegi).
 	if key == "" {
 		how = decideAny(t, top, req, rw, d)
-	} else if top.lease != nil {
-		how = decideLeased(t, top, key, rw, d)
 	} else if r == inForce || t.notes != nil {
 		how = decideKey(t, top, key, r, d)
+	} else if top.lease != nil {
+		how = callLeased(t, top, key, d) // the lease and the deny cache were ServeHTTP's
 	} else if redisCheck(t.be, top.cmd, key, d, &t.set.redis, t.hb) != nil {
 		how = fallback(t, top, key, d)
 	} else if d[0] != 1 {

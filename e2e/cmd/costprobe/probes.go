@@ -241,14 +241,33 @@ func ProbeStagesSetup() error {
 	}
 	probeP = h.(*Tollgate)
 	cfg = probeConfig(probeAddr)
-	cfg.Lease = Lease{Max: 1000000, TTL: "10s"}
+	cfg.Lease = Lease{Max: 10000, TTL: "10s"} // hot: calls within 4 ms
 	cfg.Redis.DB = 2
 	if h, err = New(context.Background(), probeNext, cfg, "probe-leased"); err != nil {
 		return err
 	}
 	probeL = h.(*Tollgate)
-	probeL.ServeHTTP(probeRW, probeReq) // the grant: a million requests
+	probeL.ServeHTTP(probeRW, probeReq)
+	probeL.ServeHTTP(probeRW, probeReq) // the grant: 10,000 requests, and one more every 10,000
+	cfg = probeConfig(probeAddr)
+	cfg.Lease = Lease{Max: 1000000, TTL: "1ms"} // never hot: a gap of 4 ns
+	cfg.Redis.DB = 3
+	if h, err = New(context.Background(), probeNext, cfg, "probe-lukewarm"); err != nil {
+		return err
+	}
+	probeLW = h.(*Tollgate)
 	return nil
+}
+
+// probeLW leases, but its client is never hot: every request is Redis's.
+var probeLW *Tollgate
+
+// ProbeServeLukewarm is ServeHTTP admitted by Redis in a leasing
+// middleware, for a client too slow to lease: what leases cost the rest.
+func ProbeServeLukewarm(n int) {
+	for i := 0; i < n; i++ {
+		probeLW.ServeHTTP(probeRW, probeReq)
+	}
 }
 
 // probeL leases: its requests are admitted from the pod's lease.
