@@ -111,7 +111,15 @@ type leasing struct {
 	parts cmdParts // the call's shape, for the asking commands
 	mu    sync.Mutex
 	asks  map[int64]*redis.Command // asking calls by pods counted
-	seen  *[seenSlots]int64        // when a call for a client key last went out, monotonic ns, by slot (callLeased)
+	seen  *seenTimes               // when a call for a client key last went out (callLeased)
+}
+
+// seenTimes holds when a call for a client key last went out, monotonic
+// ns, by a slot of the key's hash (callLeased). (A struct: Yaegi takes the
+// address of an array's element in a struct's field, not through a
+// pointer to the array.)
+type seenTimes struct {
+	at [seenSlots]int64
 }
 
 // lease is one client's lease on this pod (or an ask for one out).
@@ -175,7 +183,7 @@ func (t *Tollgate) withLeases(s *policySet) *policySet {
 	h.Write([]byte(strings.Join(parts.suffixes, "\x00") + "\x00" + strings.Join(parts.args, " ")))
 	tag := strconv.FormatUint(h.Sum64(), 36)
 	tb := leasesOf(t.be)
-	ls := &leasing{shape: shape, gap: hotGap(shape), table: tb, tag: tag + "/", field: tb.id + "/" + tag, parts: parts, asks: map[int64]*redis.Command{}, seen: new([seenSlots]int64)}
+	ls := &leasing{shape: shape, gap: hotGap(shape), table: tb, tag: tag + "/", field: tb.id + "/" + tag, parts: parts, asks: map[int64]*redis.Command{}, seen: &seenTimes{}}
 	for i, p := range s.ps {
 		ls.costs = append(ls.costs, int64(p.lim.cost))
 		ls.back = append(ls.back, p.keySuffix, parts.args[3*i], parts.args[3*i+2])
@@ -440,7 +448,7 @@ func callLeased(t *Tollgate, set *policySet, key string, d []int64) int {
 	// The slot of two of the key's hash characters (clientKey: "tg{" and
 	// base64): one atomic swap, no lock, no map. Keys that share a slot
 	// look hotter together: at worst an ask more.
-	last := atomic.SwapInt64(&ls.seen[int(key[3]&63)<<6|int(key[4]&63)], now)
+	last := atomic.SwapInt64(&ls.seen.at[int(key[3]&63)<<6|int(key[4]&63)], now)
 	if now-last <= ls.gap {
 		return askLease(t, set, key, now, d)
 	}
