@@ -53,6 +53,7 @@ type leaseShape struct {
 const (
 	defaultLeaseTTL = time.Second
 	maxLeaseTTL     = 10 * time.Second
+	minLeaseTTL     = 10 * time.Millisecond
 	maxLeaseMax     = 1000000
 	// maxLeases bounds one backend's table (leases and asks out): past it,
 	// nothing more is asked for.
@@ -85,6 +86,9 @@ func compileLease(field string, l Lease) (leaseShape, error) {
 		}
 		if d > maxLeaseTTL {
 			return leaseShape{}, fmt.Errorf("%s.ttl: %q is longer than %s", field, l.TTL, maxLeaseTTL)
+		}
+		if d < minLeaseTTL {
+			return leaseShape{}, fmt.Errorf("%s.ttl: %q is shorter than %s (a lease ending before it is used only holds tokens out)", field, l.TTL, minLeaseTTL)
 		}
 		ttl = d
 	}
@@ -130,7 +134,10 @@ type lease struct {
 	tail   string  // ";t=" and its first wait in seconds: the hot path's RateLimit ends so
 	until  string  // its end on Redis's clock: the give-back names it
 	asking bool    // a call asking for a lease is out
-	key    string
+	// answered is closed once that call is answered (granted): a request
+	// Redis refused meanwhile waits for it (leaseRefused).
+	answered chan struct{}
+	key      string
 	// For its give-back, its set's (not the set itself: under Yaegi a
 	// type may not lead back to itself through another's map).
 	field string
@@ -308,7 +315,7 @@ func (tb *leaseTable) ask(k string) bool {
 	if e != nil || len(tb.leases) >= maxLeases {
 		return false
 	}
-	tb.leases[k] = &lease{asking: true}
+	tb.leases[k] = &lease{asking: true, answered: make(chan struct{})}
 	atomic.StoreInt64(&tb.n, int64(len(tb.leases)))
 	return true
 }
@@ -322,6 +329,7 @@ func (tb *leaseTable) granted(k string, ls *leasing, key string, left, end int64
 	if e == nil || !e.asking {
 		return
 	}
+	close(e.answered)
 	if left <= 0 {
 		delete(tb.leases, k)
 		atomic.StoreInt64(&tb.n, int64(len(tb.leases)))
@@ -337,13 +345,15 @@ func (tb *leaseTable) granted(k string, ls *leasing, key string, left, end int64
 	}
 }
 
-// end removes lease e (at k) and queues what it has left to go back.
-// Requires tb.mu held.
+// end removes lease e (at k) and queues what it has left to go back (past
+// maxLeases waiting, a give-back lost). Requires tb.mu held.
 func (tb *leaseTable) end(k string, e *lease) {
 	delete(tb.leases, k)
 	atomic.StoreInt64(&tb.n, int64(len(tb.leases)))
 	if e.left > 0 && len(tb.ended) < maxLeases {
 		tb.ended = append(tb.ended, e)
+	} else if e.left > 0 {
+		atomic.AddInt64(tb.lost, 1)
 	}
 }
 
@@ -505,8 +515,29 @@ func leaseRefused(set *policySet, key string, d []int64) int {
 	if takeLease(set.lease, key, d) {
 		return decidedLease
 	}
+	// A lease asked for by another request of this client's may be on its
+	// way: a burst's requests all reach Redis before its grant comes back,
+	// and what it holds would go unspent while they are refused. The ask
+	// is answered within its timeout.
+	if ch := set.lease.table.pending(set.lease.tag + key); ch != nil {
+		<-ch
+		if takeLease(set.lease, key, d) {
+			return decidedLease
+		}
+	}
 	set.denied.remember(key, d)
 	return decidedRedis
+}
+
+// pending returns the channel an ask out for k closes once answered, or
+// nil when none is out.
+func (tb *leaseTable) pending(k string) chan struct{} {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if e := tb.leases[k]; e != nil && e.asking {
+		return e.answered
+	}
+	return nil
 }
 
 // leaseScript is bucketScript (bucket.go) over buckets that leases hold

@@ -294,6 +294,7 @@ func TestLeaseConfigFromStrings(t *testing.T) {
 		{lease: Lease{Max: -1}, err: "lease.max: -1 is negative"},
 		{lease: Lease{Max: 10, TTL: "11s"}, err: `lease.ttl: "11s" is longer than 10s`},
 		{lease: Lease{Max: 10, TTL: "0"}, err: "lease.ttl"},
+		{lease: Lease{Max: 10, TTL: "1ms"}, err: `lease.ttl: "1ms" is shorter than 10ms`},
 		{lease: Lease{Max: 2000000}, err: "lease.max: 2000000 is more than 1000000"},
 	} {
 		got, err := compileLease("lease", tc.lease)

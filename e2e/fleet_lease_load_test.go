@@ -74,11 +74,13 @@ func grants(t *testing.T, r *Redis) int {
 }
 
 // checkLeased reports (without stopping the test) unless every reply of rs
-// was decided by Redis, its deny cache or a lease, some by a lease, and
+// was decided by Redis, its deny cache or a lease, some by a lease (when
+// exercised: a small burst may drain the bucket below the threshold
+// before a replica's client is hot, callLeased), and
 // the requests admitted and left unspent in the leases granted (granted
 // of them: charged, and out of the bucket until they end) number exactly
 // burst (+ earned in elapsed). Then the headers.
-func checkLeased(t *testing.T, what string, rs []reply, elapsed time.Duration, l leaseLimit, granted int) {
+func checkLeased(t *testing.T, what string, rs []reply, elapsed time.Duration, l leaseLimit, granted int, exercised bool) {
 	t.Helper()
 	n, how := tally(rs)
 	unspent := granted*l.max - how["lease"]
@@ -91,7 +93,7 @@ func checkLeased(t *testing.T, what string, rs []reply, elapsed time.Duration, l
 		t.Errorf("%s: %d of %d admitted and %d unspent in leases, want %d in all (+%d earned in %v)",
 			what, n, len(rs), unspent, l.burst, l.allows(elapsed)-l.burst, elapsed.Round(time.Millisecond))
 	}
-	if how["lease"] == 0 {
+	if exercised && how["lease"] == 0 {
 		t.Errorf("%s: no request admitted from a lease (%s): the burst did not exercise leases", what, formatTally(how))
 	}
 	checkDecided(t, what, rs, "redis", "cache", "lease")
