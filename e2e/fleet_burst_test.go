@@ -57,6 +57,11 @@ func userConf(redisAddr string, kv ...interface{}) map[string]interface{} {
 // reply. The client's timeout (10 s) bounds it: a reply not in by then is
 // a transport error.
 func (fe *fleetEnv) burstAt(n int, key string, at func(i int) int) ([]reply, time.Duration) {
+	return fe.burstTo(n, "/", key, at)
+}
+
+// burstTo is burstAt on path.
+func (fe *fleetEnv) burstTo(n int, path, key string, at func(i int) int) ([]reply, time.Duration) {
 	out := make([]reply, n)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -64,7 +69,7 @@ func (fe *fleetEnv) burstAt(n int, key string, at func(i int) int) ([]reply, tim
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			out[i] = fe.send(at(i), "GET", "/", key)
+			out[i] = fe.send(at(i), "GET", path, key)
 		}(i)
 	}
 	wg.Wait()
@@ -149,25 +154,33 @@ func TestFleetBurstColdStart(t *testing.T) {
 	checkGlobal(t, "then a new key, 300 concurrent over 3 replicas", rs, elapsed)
 }
 
-func TestFleetBurstAfterRedisRestart(t *testing.T) {
-	// Redis dies, every breaker opens, Redis comes back (empty, same
-	// port), and nothing is sent for a probe interval and a second: the
-	// first burst afterwards is the global limit's again.
-	fe := startFleet(t, userReplicas, func(addr string) map[string]interface{} { return userConf(addr) }, "api@file")
+// restartAfterOutage kills Redis, opens every replica's breaker, restarts
+// Redis (empty, same port) and sends nothing for a probe interval and a
+// second.
+func (fe *fleetEnv) restartAfterOutage() {
+	fe.t.Helper()
 	fe.redis.Kill()
-	outage := fleetKey(t, "outage")
+	outage := fleetKey(fe.t, "outage")
 	for i := 0; i < userReplicas; i++ {
 		// breakerThreshold (3) failures open each replica's breaker; 10
 		// leave no doubt.
 		rs, _ := fe.sequential(i, 10, outage, 10*time.Second)
 		if got := rs[len(rs)-1].header.Get("X-Tollgate-Decision"); got != "local" {
-			t.Fatalf("replica %d with Redis down: decided by %q, want local", i, got)
+			fe.t.Fatalf("replica %d with Redis down: decided by %q, want local", i, got)
 		}
 	}
 	if err := fe.redis.Restart(); err != nil {
-		t.Fatal(err)
+		fe.t.Fatal(err)
 	}
 	time.Sleep(userProbe + time.Second)
+}
+
+func TestFleetBurstAfterRedisRestart(t *testing.T) {
+	// Redis dies, every breaker opens, Redis comes back (empty, same
+	// port), and nothing is sent for a probe interval and a second: the
+	// first burst afterwards is the global limit's again.
+	fe := startFleet(t, userReplicas, func(addr string) map[string]interface{} { return userConf(addr) }, "api@file")
+	fe.restartAfterOutage()
 	rs, elapsed := fe.burstAt(60, fleetKey(t, "after"), roundRobin)
 	checkGlobal(t, "Redis restarted 3 s ago, 60 concurrent over 3 replicas", rs, elapsed)
 }

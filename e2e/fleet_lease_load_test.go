@@ -45,21 +45,9 @@ func (l leaseLimit) allows(span time.Duration) int {
 }
 
 // burstPath sends n concurrent requests for key to path, request i to
-// replica i mod 3, and returns the replies and the time from the first
-// send to the last reply.
+// replica i mod 3 (burstTo).
 func (fe *fleetEnv) burstPath(n int, path, key string) ([]reply, time.Duration) {
-	out := make([]reply, n)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			out[i] = fe.send(roundRobin(i), "GET", path, key)
-		}(i)
-	}
-	wg.Wait()
-	return out, time.Since(start)
+	return fe.burstTo(n, path, key, roundRobin)
 }
 
 // grants returns Redis's HSET calls so far: a lease grant over one bucket

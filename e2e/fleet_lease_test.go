@@ -64,18 +64,7 @@ func TestFleetLeaseBurstAfterRedisRestart(t *testing.T) {
 	// As TestFleetBurstAfterRedisRestart: every breaker open, Redis back
 	// empty (no script, no lease hash), then the bursts.
 	fe := startFleet(t, userReplicas, leaseBurstConf, "api@file", "big@file")
-	fe.redis.Kill()
-	outage := fleetKey(t, "outage")
-	for i := 0; i < userReplicas; i++ {
-		rs, _ := fe.sequential(i, 10, outage, 10*time.Second)
-		if got := rs[len(rs)-1].header.Get("X-Tollgate-Decision"); got != "local" {
-			t.Fatalf("replica %d with Redis down: decided by %q, want local", i, got)
-		}
-	}
-	if err := fe.redis.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(userProbe + time.Second)
+	fe.restartAfterOutage()
 	leaseBursts(t, fe, "Redis restarted 3 s ago")
 }
 
