@@ -67,6 +67,11 @@ const (
 	// seenSlots is how many clients' last calls a leased set tells apart
 	// (callLeased): 12 bits of their keys' hashes.
 	seenSlots = 4096
+	// hotStreak is how many calls in a row, each within the gap of the one
+	// before, make a client hot (callLeased): one close pair (two clients'
+	// calls sharing a slot, two connections cycling through the same keys)
+	// does not.
+	hotStreak = 2
 )
 
 // compileLease validates a Config.Lease (field names it in errors).
@@ -106,6 +111,7 @@ func hotGap(shape leaseShape) int64 {
 type leasing struct {
 	shape leaseShape
 	gap   int64 // ns: a client whose calls come closer than this is hot (ask)
+	hot   int64 // how many such calls in a row make it hot: hotStreak (tests set 1)
 	table *leaseTable
 	tag   string   // the set's calls' shape: its leases' prefix in table
 	field string   // this pod's field in the sets' lease hashes
@@ -122,7 +128,8 @@ type leasing struct {
 // address of an array's element in a struct's field, not through a
 // pointer to the array.)
 type seenTimes struct {
-	at [seenSlots]int64
+	at     [seenSlots]int64
+	streak [seenSlots]int64 // calls in a row within the gap
 }
 
 // lease is one client's lease on this pod (or an ask for one out).
@@ -189,7 +196,7 @@ func (t *Tollgate) withLeases(s *policySet) *policySet {
 	h.Write([]byte(strings.Join(parts.suffixes, "\x00") + "\x00" + strings.Join(parts.args, " ")))
 	tag := strconv.FormatUint(h.Sum64(), 36)
 	tb := leasesOf(t.be)
-	ls := &leasing{shape: shape, gap: hotGap(shape), table: tb, tag: tag + "/", field: tb.id + "/" + tag, parts: parts, asks: map[int64]*redis.Command{}, seen: &seenTimes{}}
+	ls := &leasing{shape: shape, gap: hotGap(shape), hot: hotStreak, table: tb, tag: tag + "/", field: tb.id + "/" + tag, parts: parts, asks: map[int64]*redis.Command{}, seen: &seenTimes{}}
 	for i, p := range s.ps {
 		ls.costs = append(ls.costs, int64(p.lim.cost))
 		ls.back = append(ls.back, p.keySuffix, parts.args[3*i], parts.args[3*i+2])

@@ -103,18 +103,22 @@ func decideLeased(t *Tollgate, set *policySet, key string, rw http.ResponseWrite
 }
 
 // callLeased is decideLeased's Redis call (no lease to spend, no refusal
-// cached): a client that is hot on the pod (its previous call less than
-// the set's gap ago) asks for a lease (askLease); any other is one
-// check, as without leases, and one map write (ServeHTTP's lukewarm
-// path: the 1,000-key load's).
+// cached): a client that is hot on the pod (hotStreak calls in a row,
+// each less than the set's gap after the one before, or back within
+// 4 x ttl of its last grant) asks for a lease (askLease); any other is
+// one check, as without leases, and two atomic operations (ServeHTTP's
+// lukewarm path: the 1,000-key load's).
 func callLeased(t *Tollgate, set *policySet, key string, d []int64) int {
 	ls := set.lease
 	now := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
 	// The slot of two of the key's hash characters (clientKey: "tg{" and
-	// base64): one atomic swap, no lock, no map. Keys that share a slot
-	// look hotter together: at worst an ask more.
-	last := atomic.SwapInt64(&ls.seen.at[int(key[3]&63)<<6|int(key[4]&63)], now)
-	if now-last <= ls.gap {
+	// base64): no lock, no map. Keys that share a slot look hotter
+	// together: at worst an ask more.
+	i := int(key[3]&63)<<6 | int(key[4]&63)
+	seen := ls.seen
+	if now-atomic.SwapInt64(&seen.at[i], now) > ls.gap {
+		atomic.StoreInt64(&seen.streak[i], 0)
+	} else if atomic.AddInt64(&seen.streak[i], 1) >= ls.hot {
 		return askLease(t, set, key, now, d)
 	}
 	if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
@@ -157,6 +161,10 @@ func askLease(t *Tollgate, set *policySet, key string, now int64, d []int64) int
 		for i, c := range ls.costs {
 			d[1+3*i] += granted * c
 		}
+		// Hot while it comes back within 4 x ttl: a lease of max spent at
+		// the pace hotGap asks for takes that long (callLeased's gap is
+		// counted from this shifted time).
+		atomic.StoreInt64(&ls.seen.at[int(key[3]&63)<<6|int(key[4]&63)], now+4*ls.shape.ttl-ls.gap)
 	}
 	return leaseRefused(set, key, d)
 }

@@ -34,7 +34,7 @@ func hot(t *testing.T, addr, ttl string) *Tollgate {
 // alwaysHot has h's client ask for a lease from its first call (callLeased
 // waits for a second otherwise): these tests count from the grant.
 func alwaysHot(h *Tollgate) *Tollgate {
-	h.top.lease.gap = 1 << 62
+	h.top.lease.gap, h.top.lease.hot = 1<<62, 1
 	return h
 }
 

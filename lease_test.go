@@ -21,13 +21,20 @@ import (
 // no heartbeat (3 pods counted), the decision header on.
 func leased(t *testing.T, addr string, average int64, period string, burst, max int64, ttl string) *Tollgate {
 	t.Helper()
-	return handlerOn(t, addr, func(c *Config) {
+	return hotSecond(handlerOn(t, addr, func(c *Config) {
 		c.Average, c.Period, c.Burst = average, period, burst
 		c.Replicas = 3
 		c.Redis.Heartbeat = "0"
 		c.DecisionHeader = "X-Decision"
 		c.Lease = Lease{Max: max, TTL: ttl}
-	})
+	}))
+}
+
+// hotSecond has h's client hot from its second call within the gap (one
+// short gap, not hotStreak): these tests count from there.
+func hotSecond(h *Tollgate) *Tollgate {
+	h.top.lease.hot = 1
+	return h
 }
 
 // scriptCalls is how many times Redis at addr ran a script (EVALSHA and
@@ -223,12 +230,12 @@ func TestLeaseSurvivesAReloadAndARedisThatLostItsData(t *testing.T) {
 		c.Lease = Lease{Max: 10, TTL: "10s"}
 		c.Redis.Username = "reload-test"
 	}
-	h1 := handlerOn(t, addr, cfg)
+	h1 := hotSecond(handlerOn(t, addr, cfg))
 	if _, how := sendAll(h1, "k", 3); how["lease"] != 1 {
 		t.Fatalf("before the reload: %v", how)
 	}
 	// A reload: a new instance with the same limits spends the same lease.
-	h2 := handlerOn(t, addr, cfg)
+	h2 := hotSecond(handlerOn(t, addr, cfg))
 	redistest.Do(t, addr, "FLUSHALL") // and Redis lost everything meanwhile
 	if _, how := sendAll(h2, "k", 9); how["lease"] != 9 {
 		t.Errorf("after the reload: %v, want the lease's 9 left", how)
@@ -267,11 +274,11 @@ func TestLeaseFieldsFromAClockSteppedBackAreDropped(t *testing.T) {
 func TestLeaseDecisionsCounted(t *testing.T) {
 	addr := redistest.Start(t)
 	class := uniqueName("leased")
-	h := handlerOn(t, addr, func(c *Config) {
+	h := hotSecond(handlerOn(t, addr, func(c *Config) {
 		c.Class, c.Average, c.Period, c.Burst = class, 100, "1h", 100
 		c.Replicas, c.Redis.Heartbeat = 3, "0"
 		c.Lease = Lease{Max: 10}
-	})
+	}))
 	sendAll(h, "k", 12) // 2 by Redis (the second asks), 10 from the lease
 	m := scrape(t)
 	if got := m[requests(class, class, "lease", "allowed")]; got != 10 {
@@ -326,5 +333,28 @@ func TestLeaseOnlyForAHotClient(t *testing.T) {
 	// chance; the hot client's 3 calls come within microseconds.
 	if _, how := sendAll(h, "hot", 3); how["lease"] != 1 {
 		t.Errorf("a client back to back: %v, want a lease from its second call", how)
+	}
+}
+
+func TestLeaseNotForPairsOfCalls(t *testing.T) {
+	addr := redistest.Start(t)
+	// The default streak: two short gaps in a row. Calls in close pairs
+	// every 30 ms (two connections cycling through the same keys, or two
+	// clients sharing a hot slot) have one short gap at a time: no lease.
+	h := handlerOn(t, addr, func(c *Config) {
+		c.Average, c.Period, c.Burst = 1000, "1h", 1000
+		c.Replicas, c.Redis.Heartbeat, c.DecisionHeader = 3, "0", "X-Decision"
+		c.Lease = Lease{Max: 40, TTL: "100ms"} // a gap of 10 ms; grants need 240 left
+	})
+	for i := 0; i < 4; i++ {
+		_, how := sendAll(h, "pairs", 2)
+		if how["redis"] != 2 {
+			t.Fatalf("pair %d: %v, want both by Redis (no lease)", i+1, how)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	// Three calls in a row: the third asks, the fourth spends.
+	if _, how := sendAll(h, "run", 4); how["lease"] != 1 {
+		t.Errorf("4 calls back to back: %v, want a lease from the third", how)
 	}
 }
