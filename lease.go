@@ -124,12 +124,12 @@ type leasing struct {
 }
 
 // seenTimes holds when a call for a client key last went out, monotonic
-// ns, by a slot of the key's hash (callLeased). (A struct: Yaegi takes the
-// address of an array's element in a struct's field, not through a
-// pointer to the array.)
+// ns, by a slot of the key's hash (callLeased). (Slices: under Yaegi an
+// array field's element is reached through a copy of the whole array,
+// 32 KB a request here; a pointer to an array's element is refused.)
 type seenTimes struct {
-	at     [seenSlots]int64
-	streak [seenSlots]int64 // calls in a row within the gap
+	at     []int64 // seenSlots
+	streak []int64 // calls in a row within the gap, seenSlots
 }
 
 // lease is one client's lease on this pod (or an ask for one out).
@@ -196,7 +196,7 @@ func (t *Tollgate) withLeases(s *policySet) *policySet {
 	h.Write([]byte(strings.Join(parts.suffixes, "\x00") + "\x00" + strings.Join(parts.args, " ")))
 	tag := strconv.FormatUint(h.Sum64(), 36)
 	tb := leasesOf(t.be)
-	ls := &leasing{shape: shape, gap: hotGap(shape), hot: hotStreak, table: tb, tag: tag + "/", field: tb.id + "/" + tag, parts: parts, asks: map[int64]*redis.Command{}, seen: &seenTimes{}}
+	ls := &leasing{shape: shape, gap: hotGap(shape), hot: hotStreak, table: tb, tag: tag + "/", field: tb.id + "/" + tag, parts: parts, asks: map[int64]*redis.Command{}, seen: &seenTimes{at: make([]int64, seenSlots), streak: make([]int64, seenSlots)}}
 	for i, p := range s.ps {
 		ls.costs = append(ls.costs, int64(p.lim.cost))
 		ls.back = append(ls.back, p.keySuffix, parts.args[3*i], parts.args[3*i+2])

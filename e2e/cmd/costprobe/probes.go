@@ -250,7 +250,7 @@ func ProbeStagesSetup() error {
 	probeL.ServeHTTP(probeRW, probeReq)
 	probeL.ServeHTTP(probeRW, probeReq) // the grant: 10,000 requests, and one more every 10,000
 	cfg = probeConfig(probeAddr)
-	cfg.Lease = Lease{Max: 1000000, TTL: "1ms"} // never hot: a gap of 4 ns
+	cfg.Lease = Lease{Max: 1000000, TTL: "10ms"} // never hot: a gap of 40 ns
 	cfg.Redis.DB = 3
 	if h, err = New(context.Background(), probeNext, cfg, "probe-lukewarm"); err != nil {
 		return err
