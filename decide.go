@@ -119,6 +119,113 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseW
 	return decidedRedis
 }
 
+// decideLeased is decideKey for a leased set (key: its client key): the
+// pod's lease first, then the deny cache, then Redis, asking for a lease
+// when none is out for key.
+func decideLeased(t *Tollgate, set *policySet, key string, rw http.ResponseWriter, d []int64) int {
+	if takeLease(set.lease, key, d) {
+		return decidedLease
+	}
+	if atomic.LoadInt64(&set.denied.n) != 0 {
+		if r := refuseCached(set.denied, key, rw); r == refused {
+			return decidedAnswered
+		} else if r == inForce && set.denied.lookup(key, d) {
+			return decidedCache
+		}
+	}
+	return callLeased(t, set, key, d)
+}
+
+// callLeased is decideLeased's Redis call (no lease to spend, no refusal
+// cached): a client that is hot on the pod (hotStreak calls in a row,
+// each less than the set's gap after the one before, or back within
+// 4 x ttl of its last grant) asks for a lease (askLease); any other is
+// one check, as without leases, and two atomic operations (ServeHTTP's
+// lukewarm path: the 1,000-key load's).
+func callLeased(t *Tollgate, set *policySet, key string, d []int64) int {
+	ls := set.lease
+	now := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
+	// The slot of two of the key's hash characters (clientKey: "tg{" and
+	// base64): no lock, no map. Keys that share a slot look hotter
+	// together: at worst an ask more.
+	i := int(key[3]&63)<<6 | int(key[4]&63)
+	seen := ls.seen
+	if now-atomic.SwapInt64(&seen.at[i], now) > ls.gap {
+		atomic.StoreInt64(&seen.streak[i], 0)
+	} else if atomic.AddInt64(&seen.streak[i], 1) >= ls.hot {
+		return askLease(t, set, key, now, d)
+	}
+	if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
+		return fallback(t, set, key, d)
+	}
+	if d[0] != 1 {
+		return leaseRefused(set, key, d)
+	}
+	return decidedRedis
+}
+
+// askLease is callLeased for a hot client: its call asks for a lease
+// unless one is out for it (or the table is full), and a grant becomes
+// this pod's lease.
+func askLease(t *Tollgate, set *policySet, key string, now int64, d []int64) int {
+	ls := set.lease
+	k := ls.tag + key
+	if !ls.table.ask(k) {
+		if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
+			return fallback(t, set, key, d)
+		}
+		return leaseRefused(set, key, d)
+	}
+	sent := now
+	n := len(d)
+	ld := make([]int64, n+2)
+	err := redisCheck(t.be, ls.asking(replicasSeen(t.hb, t.set.replicas, sent)), key, ld, &t.set.redis, t.hb)
+	granted := int64(0)
+	if err == nil {
+		copy(d, ld[:n])
+		if d[0] == 1 && ld[n] <= ls.shape.max {
+			granted = ld[n] // more than asked is no reply of ours: none taken
+		}
+	}
+	ls.table.granted(k, ls, key, granted, sent+ls.shape.ttl, strconv.FormatInt(ld[n+1], 10), d)
+	if err != nil {
+		return fallback(t, set, key, d)
+	}
+	if granted > 0 {
+		for i, c := range ls.costs {
+			d[1+3*i] += granted * c
+		}
+		// Hot while it comes back within 4 x ttl: a lease of max spent at
+		// the pace hotGap asks for takes that long (callLeased's gap is
+		// counted from this shifted time).
+		atomic.StoreInt64(&ls.seen.at[int(key[3]&63)<<6|int(key[4]&63)], now+4*ls.shape.ttl-ls.gap)
+	}
+	return leaseRefused(set, key, d)
+}
+
+// leaseRefused is Redis's decision d for key over a leased set: a refusal
+// is remembered, unless a lease granted meanwhile admits the request.
+func leaseRefused(set *policySet, key string, d []int64) int {
+	if d[0] == 1 {
+		return decidedRedis
+	}
+	if takeLease(set.lease, key, d) {
+		return decidedLease
+	}
+	// A lease asked for by another request of this client's may be on its
+	// way: a burst's requests all reach Redis before its grant comes back,
+	// and what it holds would go unspent while they are refused. The ask
+	// is answered within its timeout.
+	if ch := set.lease.table.pending(set.lease.tag + key); ch != nil {
+		<-ch
+		if takeLease(set.lease, key, d) {
+			return decidedLease
+		}
+	}
+	set.denied.remember(key, d)
+	return decidedRedis
+}
+
 // scaleRemaining turns a shard's remaining tokens into the client's
 // estimate: shards x the shard's (all shards are alike on average), for
 // every policy but a rule keyed its own way (never sharded).

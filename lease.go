@@ -33,7 +33,6 @@ package tollgate
 
 import (
 	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync"
@@ -178,49 +177,6 @@ func leasesOf(b *backend) *leaseTable {
 	return b.leases
 }
 
-// withLeases has every call over s (and over its enforcing part and its
-// Cluster groups) honour what leases hold, and s lease when its top-level
-// or plan policy does and nothing rules it out: a policy that fails
-// closed, rules keyed their own way. Returns s.
-func (t *Tollgate) withLeases(s *policySet) *policySet {
-	if !t.set.leases || s == nil {
-		return s
-	}
-	honour(s, t.set.keyLen)
-	shape := s.ps[0].lease
-	if shape.max == 0 || s.failClosed || s.ownKeys {
-		return s
-	}
-	parts := commandParts(s.ps, t.set.keyLen)
-	h := fnv.New64a()
-	h.Write([]byte(strings.Join(parts.suffixes, "\x00") + "\x00" + strings.Join(parts.args, " ")))
-	tag := strconv.FormatUint(h.Sum64(), 36)
-	tb := leasesOf(t.be)
-	ls := &leasing{shape: shape, gap: hotGap(shape), hot: hotStreak, table: tb, tag: tag + "/", field: tb.id + "/" + tag, parts: parts, asks: map[int64]*redis.Command{}, seen: &seenTimes{at: make([]int64, seenSlots), streak: make([]int64, seenSlots)}}
-	for i, p := range s.ps {
-		ls.costs = append(ls.costs, int64(p.lim.cost))
-		ls.back = append(ls.back, p.keySuffix, parts.args[3*i], parts.args[3*i+2])
-	}
-	s.lease = ls
-	return s
-}
-
-// honour replaces the calls of s, its enforcing part and its groups with
-// leaseScript's that ask for nothing.
-func honour(s *policySet, keyLen int) {
-	cmd := leaseCommand(commandParts(s.ps, keyLen), "-", 0, 0, 1, false)
-	if s.ownKeys {
-		cmd = cmd.Whole()
-	}
-	s.cmd = cmd
-	if s.enforce != nil {
-		honour(s.enforce, keyLen)
-	}
-	for _, g := range s.groups {
-		honour(g, keyLen)
-	}
-}
-
 // asking returns the call that asks for a lease for pods pods counted.
 func (ls *leasing) asking(pods int64) *redis.Command {
 	ls.mu.Lock()
@@ -234,6 +190,53 @@ func (ls *leasing) asking(pods int64) *redis.Command {
 		ls.asks[pods] = cmd
 	}
 	return cmd
+}
+
+// takeLease admits a request from this pod's lease on key, when it holds
+// one with requests left and its ttl not over: d gets Redis's decision
+// with the grant, each bucket's tokens left counting what the lease still
+// holds. A lease found past its ttl is ended (its rest given back).
+func takeLease(ls *leasing, key string, d []int64) bool {
+	tb := ls.table
+	if atomic.LoadInt64(&tb.n) == 0 {
+		return false
+	}
+	now := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
+	k := ls.tag + key
+	tb.mu.Lock()
+	e := tb.leases[k]
+	if e == nil || e.left == 0 {
+		tb.mu.Unlock()
+		return false
+	}
+	if now >= e.end {
+		tb.end(k, e)
+		tb.mu.Unlock()
+		return false
+	}
+	e.left--
+	left := e.left
+	copy(d, e.d)
+	if left == 0 {
+		delete(tb.leases, k) // spent: nothing to give back
+		atomic.StoreInt64(&tb.n, int64(len(tb.leases)))
+	}
+	tb.mu.Unlock()
+	for i, c := range ls.costs {
+		d[1+3*i] += left * c
+	}
+	return true
+}
+
+// pending returns the channel an ask out for k closes once answered, or
+// nil when none is out.
+func (tb *leaseTable) pending(k string) chan struct{} {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	if e := tb.leases[k]; e != nil && e.asking {
+		return e.answered
+	}
+	return nil
 }
 
 // ask reports whether a hot client's call (key k) may ask for a lease:

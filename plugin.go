@@ -23,9 +23,12 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
@@ -79,6 +82,33 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 		t.plain = len(set.rules) == 0 && t.top.plain && set.plans == nil && set.exempt == nil
 	}
 	return t, nil
+}
+
+// withLeases has every call over s (and over its enforcing part and its
+// Cluster groups) honour what leases hold, and s lease when its top-level
+// or plan policy does and nothing rules it out: a policy that fails
+// closed, rules keyed their own way. Returns s.
+func (t *Tollgate) withLeases(s *policySet) *policySet {
+	if !t.set.leases || s == nil {
+		return s
+	}
+	honour(s, t.set.keyLen)
+	shape := s.ps[0].lease
+	if shape.max == 0 || s.failClosed || s.ownKeys {
+		return s
+	}
+	parts := commandParts(s.ps, t.set.keyLen)
+	h := fnv.New64a()
+	h.Write([]byte(strings.Join(parts.suffixes, "\x00") + "\x00" + strings.Join(parts.args, " ")))
+	tag := strconv.FormatUint(h.Sum64(), 36)
+	tb := leasesOf(t.be)
+	ls := &leasing{shape: shape, gap: hotGap(shape), hot: hotStreak, table: tb, tag: tag + "/", field: tb.id + "/" + tag, parts: parts, asks: map[int64]*redis.Command{}, seen: &seenTimes{at: make([]int64, seenSlots), streak: make([]int64, seenSlots)}}
+	for i, p := range s.ps {
+		ls.costs = append(ls.costs, int64(p.lim.cost))
+		ls.back = append(ls.back, p.keySuffix, parts.args[3*i], parts.args[3*i+2])
+	}
+	s.lease = ls
+	return s
 }
 
 // ServeHTTP charges the request to its buckets, sets the headers, and either
@@ -154,6 +184,45 @@ func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key stri
 		h[t.set.decision] = decisionValues[how]
 	}
 	t.next.ServeHTTP(rw, req)
+}
+
+// serveLeased is ServeHTTP's common case for a client this pod holds a
+// lease for (one policy, IETF headers or none): takeLease inlined with
+// the headers and next, in one frame (a hot client's whole path). It
+// reports false, having done nothing, when the lease is spent, past its
+// ttl (decideLeased ends it) or leaves the client near its limit (counted
+// by answer).
+func serveLeased(t *Tollgate, rw http.ResponseWriter, req *http.Request, key string) bool {
+	top := t.top
+	ls := top.lease
+	tb := ls.table
+	now := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
+	k := ls.tag + key
+	tb.mu.Lock()
+	e := tb.leases[k]
+	if e == nil || e.left == 0 || now >= e.end || e.d[1]+(e.left-1)*ls.costs[0] < top.nearBelow {
+		tb.mu.Unlock()
+		return false
+	}
+	e.left--
+	r := e.d[1] + e.left*ls.costs[0]
+	tail := e.tail
+	if e.left == 0 {
+		delete(tb.leases, k) // spent: nothing to give back
+		atomic.StoreInt64(&tb.n, int64(len(tb.leases)))
+	}
+	tb.mu.Unlock()
+	atomic.AddInt64(top.admitted[decidedLease], 1)
+	h := rw.Header()
+	if top.policyValue != nil {
+		h[hdrPolicy] = top.policyValue
+		h[hdrRateLimit] = []string{top.rPrefix + strconv.FormatInt(r, 10) + tail}
+	}
+	if t.set.decision != "" {
+		h[t.set.decision] = decisionValues[decidedLease]
+	}
+	t.next.ServeHTTP(rw, req)
+	return true
 }
 
 // serveAny is ServeHTTP for every configuration: rules (the policy set

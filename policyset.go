@@ -150,6 +150,22 @@ func (s *settings) planOf(req *http.Request) int {
 	return s.defaultPlan
 }
 
+// honour replaces the calls of s, its enforcing part and its groups with
+// leaseScript's that ask for nothing.
+func honour(s *policySet, keyLen int) {
+	cmd := leaseCommand(commandParts(s.ps, keyLen), "-", 0, 0, 1, false)
+	if s.ownKeys {
+		cmd = cmd.Whole()
+	}
+	s.cmd = cmd
+	if s.enforce != nil {
+		honour(s.enforce, keyLen)
+	}
+	for _, g := range s.groups {
+		honour(g, keyLen)
+	}
+}
+
 // withGroups splits s, a set with rules keyed their own way, into groups
 // for a Redis Cluster: one script's keys must share a slot, and keys of
 // different identities hash to different slots. A group holds the
