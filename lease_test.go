@@ -209,7 +209,7 @@ func TestLeaseGiveBackNeverAboveWhatLeasesLeave(t *testing.T) {
 	}
 }
 
-func TestLeaseNotForFailClosedOrOverRedisFailures(t *testing.T) {
+func TestLeaseNotForFailClosed(t *testing.T) {
 	addr := redistest.Start(t)
 	h := handlerOn(t, addr, func(c *Config) {
 		c.Average, c.Period, c.Burst = 100, "1h", 100
