@@ -154,6 +154,15 @@ func ceilMS(us float64) int64 {
 //	             was charged at), its TAT is moved so that it keeps its
 //	             tokens: a share grows in rate and capacity, never in
 //	             tokens at once (TestRegionGrowthKeepsTokens).
+//	             A calendar quota (quota.go) has -limit, its windows
+//	             ("b0 b1 b2 b3 shift": the previous, current and next
+//	             windows' bounds, µs since epochUS, and the quotas' clock
+//	             shift, 0 but in tests) and cost: its counter is
+//	             KEYS[i]..'@'..the start (s) of the window that holds TIME
+//	             (+ shift), charged with the buckets, expiring a minute
+//	             after that window; it reports what is left, the ms to the
+//	             window's end as its wait when it refuses, and always as
+//	             its time to full.
 //	reply        status "allowed remaining_1 wait_ms_1 full_ms_1 ...", one
 //	             line of decimal integers (allowed 1|0), so that the client
 //	             reads one line and parses it with one call
@@ -177,63 +186,85 @@ local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
 local maxms = 3155760000000
 local n = #KEYS
-local iv, burst, cost, cap, slack, s, clamped, kept = {}, {}, {}, {}, {}, {}, {}, {}
+local iv, burst, cost, cap, slack, s, clamped, kept, qk, qe = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 local ok = 1
 local region = #ARGV > 3*n
 for i = 1, n do
   iv[i] = tonumber(ARGV[3*i-2])
   burst[i] = tonumber(ARGV[3*i-1])
   cost[i] = tonumber(ARGV[3*i])
-  if region then
-    local sh = tonumber(ARGV[3*n+i])
-    if sh > 0 then
-      local rk = KEYS[i] .. '}s'
-      local r = redis.pcall('HMGET', rk, 's', 'a', 'g')
-      local v = type(r) == 'table' and tonumber(r[1])
-      if v and v >= 1 and v <= 1000000 and v == math.floor(v) then
-        redis.pcall('HINCRBY', rk, 'n', math.floor(cost[i]))
-        local was = tonumber(r[2]) or sh
-        if was ~= v then
-          redis.pcall('HSET', rk, 'a', v)
-          if v > was and was > 0 then kept[i] = was / v end
+  if iv[i] < 0 then
+    local b0, b1, b2, b3, sh = string.match(ARGV[3*i-1], '^(%d+) (%d+) (%d+) (%d+) (%-?%d+)$')
+    local qn = now + tonumber(sh)
+    local st, en = tonumber(b1), tonumber(b2)
+    if qn < st then st, en = tonumber(b0), st elseif qn >= en then st, en = en, tonumber(b3) end
+    qk[i] = KEYS[i] .. '@' .. string.format('%.0f', math.floor(st / 1000000))
+    s[i] = tonumber(redis.call('GET', qk[i])) or 0
+    qe[i] = en - qn
+    if s[i] + cost[i] > -iv[i] then ok = 0 end
+  else
+    if region then
+      local sh = tonumber(ARGV[3*n+i])
+      if sh > 0 then
+        local rk = KEYS[i] .. '}s'
+        local r = redis.pcall('HMGET', rk, 's', 'a', 'g')
+        local v = type(r) == 'table' and tonumber(r[1])
+        if v and v >= 1 and v <= 1000000 and v == math.floor(v) then
+          redis.pcall('HINCRBY', rk, 'n', math.floor(cost[i]))
+          local was = tonumber(r[2]) or sh
+          if was ~= v then
+            redis.pcall('HSET', rk, 'a', v)
+            if v > was and was > 0 then kept[i] = was / v end
+          end
+          local g = string.format('%.17g', 1000000 / iv[i])
+          if r[3] ~= g then redis.pcall('HSET', rk, 'g', g) end
+          sh = v
         end
-        local g = string.format('%.17g', 1000000 / iv[i])
-        if r[3] ~= g then redis.pcall('HSET', rk, 'g', g) end
-        sh = v
+      else
+        sh = -sh
       end
-    else
-      sh = -sh
+      sh = sh / 1000000
+      iv[i] = iv[i] / sh
+      burst[i] = burst[i] * sh
+      if burst[i] < cost[i] then burst[i] = cost[i] end
     end
-    sh = sh / 1000000
-    iv[i] = iv[i] / sh
-    burst[i] = burst[i] * sh
-    if burst[i] < cost[i] then burst[i] = cost[i] end
+    cap[i] = iv[i] * burst[i]
+    slack[i] = 1 + burst[i] / 64
+    local v = tonumber(redis.call('GET', KEYS[i]))
+    local tat = now
+    if v then tat = v / 64 end
+    clamped[i] = false
+    if tat < now then tat = now elseif tat > now + cap[i] then tat = now + cap[i]; clamped[i] = true end
+    if kept[i] then tat = now + cap[i] - (now + cap[i] - tat) * kept[i]; clamped[i] = true end
+    s[i] = tat
+    if tat + iv[i] * cost[i] - now > cap[i] + slack[i] then ok = 0 end
   end
-  cap[i] = iv[i] * burst[i]
-  slack[i] = 1 + burst[i] / 64
-  local v = tonumber(redis.call('GET', KEYS[i]))
-  local tat = now
-  if v then tat = v / 64 end
-  clamped[i] = false
-  if tat < now then tat = now elseif tat > now + cap[i] then tat = now + cap[i]; clamped[i] = true end
-  if kept[i] then tat = now + cap[i] - (now + cap[i] - tat) * kept[i]; clamped[i] = true end
-  s[i] = tat
-  if tat + iv[i] * cost[i] - now > cap[i] + slack[i] then ok = 0 end
 end
 local out = {}
 for i = 1, n do
-  local tat = s[i]
-  if ok == 1 then tat = tat + iv[i] * cost[i] end
-  if ok == 1 or clamped[i] then
-    redis.call('SET', KEYS[i], string.format('%.0f', math.floor(tat * 64 + 0.5)), 'PX', math.min(maxms, math.max(1, math.ceil((tat - now) / 1000))))
+  if iv[i] < 0 then
+    local c, lim, e = s[i], -iv[i], math.max(1, math.ceil(qe[i] / 1000))
+    if ok == 1 then
+      c = c + cost[i]
+      redis.call('SET', qk[i], string.format('%.0f', c), 'PX', e + 60000)
+    end
+    local w = 0
+    if s[i] + cost[i] > lim then w = e end
+    out[i] = string.format('%.0f %d %d', math.max(0, lim - c), w, e)
+  else
+    local tat = s[i]
+    if ok == 1 then tat = tat + iv[i] * cost[i] end
+    if ok == 1 or clamped[i] then
+      redis.call('SET', KEYS[i], string.format('%.0f', math.floor(tat * 64 + 0.5)), 'PX', math.min(maxms, math.max(1, math.ceil((tat - now) / 1000))))
+    end
+    local r = math.floor((now + cap[i] - tat + slack[i]) / iv[i])
+    if r < 0 then r = 0 elseif r > burst[i] then r = burst[i] end
+    local w = tat + iv[i] * cost[i] - now - cap[i]
+    if w <= slack[i] then w = 0 end
+    local f = tat - now
+    if f < 0 then f = 0 end
+    out[i] = string.format('%d %d %d', r, math.min(maxms, math.ceil((w - 0.001) / 1000)), math.min(maxms, math.ceil((f - 0.001) / 1000)))
   end
-  local r = math.floor((now + cap[i] - tat + slack[i]) / iv[i])
-  if r < 0 then r = 0 elseif r > burst[i] then r = burst[i] end
-  local w = tat + iv[i] * cost[i] - now - cap[i]
-  if w <= slack[i] then w = 0 end
-  local f = tat - now
-  if f < 0 then f = 0 end
-  out[i] = string.format('%d %d %d', r, math.min(maxms, math.ceil((w - 0.001) / 1000)), math.min(maxms, math.ceil((f - 0.001) / 1000)))
 end
 return redis.status_reply(ok .. ' ' .. table.concat(out, ' '))
 `

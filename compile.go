@@ -48,6 +48,12 @@ type settings struct {
 	keyLen      int               // length of a client key in Redis (sharded or not)
 	disabled    bool              // no policy at all
 	leases      bool              // the top level or a plan leases (lease.go): every call honours leases
+	// Quotas (quota.go), charged with their owner: the top level's (also
+	// with no top-level rate), plans[i]'s and rules[i]'s. (Not in policy:
+	// Yaegi refuses a struct type that holds a slice of itself.)
+	topQuotas  []*policy
+	planQuotas [][]*policy
+	ruleQuotas [][]*policy
 	region      *regions.Settings // nil without regions (region.go)
 	regionPeers []redisSettings   // the peers' Redis, in region.Peers' order
 }
@@ -166,6 +172,9 @@ func compile(cfg *Config, name string) (*settings, error) {
 	if err := compilePlans(cfg, s, period, topClosed, seen); err != nil {
 		return nil, err
 	}
+	if err := compileAllQuotas(cfg, s, topClosed, seen); err != nil {
+		return nil, err
+	}
 	for _, p := range append(append(s.rules, s.top), s.plans...) {
 		if p == nil || p.source != nil { // a rule keyed its own way has one key, never sharded
 			continue
@@ -180,7 +189,7 @@ func compile(cfg *Config, name string) (*settings, error) {
 	if len(s.rules) > maxRules {
 		return nil, fmt.Errorf("rules: %d rules, at most %d are allowed", len(s.rules), maxRules)
 	}
-	s.disabled = s.top == nil && len(s.rules) == 0 && len(s.plans) == 0
+	s.disabled = s.top == nil && len(s.rules) == 0 && len(s.plans) == 0 && len(s.topQuotas) == 0
 
 	switch strings.ToLower(strings.TrimSpace(cfg.Headers)) {
 	case "", "ietf":
@@ -215,8 +224,8 @@ func compile(cfg *Config, name string) (*settings, error) {
 	for _, p := range append([]*policy{s.top}, s.plans...) {
 		s.leases = s.leases || p != nil && p.lease.max > 0
 	}
-	if s.shards > 1 || cfg.Region != nil {
-		s.leases = false // see Lease in the README: a sharded or regional key is not leased
+	if s.shards > 1 || cfg.Region != nil || s.hasQuotas() {
+		s.leases = false // see Lease in the README: a sharded or regional key, or one with quotas, is not leased
 	}
 	if s.redis, err = compileRedis(&cfg.Redis); err != nil {
 		return nil, err
@@ -225,12 +234,9 @@ func compile(cfg *Config, name string) (*settings, error) {
 		return nil, err
 	}
 	if s.region != nil {
-		for _, p := range append(append(s.rules, s.top), s.plans...) {
-			if p == nil {
-				continue
-			}
+		for _, p := range s.policies() {
 			p.regionPPM = s.region.Static
-			if p.failClosed || p.source != nil {
+			if p.failClosed || p.source != nil || p.quota != nil { // a quota counts per region (quota.go)
 				p.regionPPM = -s.region.Static
 			}
 		}

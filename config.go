@@ -43,6 +43,9 @@ type Config struct {
 	// Lease lets a pod serve a hot client from tokens reserved for it in
 	// Redis (see Lease). Default off.
 	Lease Lease `json:"lease,omitempty" yaml:"lease,omitempty" toml:"lease,omitempty"`
+	// Quotas are calendar quotas charged with the top-level limit (see
+	// Quota); with average 0 they apply alone. At most 8. Default none.
+	Quotas []Quota `json:"quotas,omitempty" yaml:"quotas,omitempty" toml:"quotas,omitempty"`
 	// Rules add buckets for matching requests; every matching rule is charged
 	// together with the top-level limit, all or nothing. Default none.
 	Rules []Rule `json:"rules,omitempty" yaml:"rules,omitempty" toml:"rules,omitempty"`
@@ -191,6 +194,9 @@ type Plan struct {
 	FailureMode string `json:"failureMode,omitempty" yaml:"failureMode,omitempty" toml:"failureMode,omitempty"`
 	// Lease as at the top level; unset means the top level's.
 	Lease *Lease `json:"lease,omitempty" yaml:"lease,omitempty" toml:"lease,omitempty"`
+	// Quotas replace the top level's for the plan's clients; unset means
+	// the top level's.
+	Quotas []Quota `json:"quotas,omitempty" yaml:"quotas,omitempty" toml:"quotas,omitempty"`
 	// Unlimited: the plan's clients pass the top-level limit (no bucket,
 	// no RateLimit headers of it); rules still apply.
 	Unlimited bool `json:"unlimited,omitempty" yaml:"unlimited,omitempty" toml:"unlimited,omitempty"`
@@ -236,6 +242,27 @@ type Rule struct {
 	// Shadow: see Config.Shadow; "" means the top level's. A string so
 	// that a rule can turn off the top level's shadow ("false").
 	Shadow string `json:"shadow,omitempty" yaml:"shadow,omitempty" toml:"shadow,omitempty"`
+	// Quotas are charged with the rule, under its client identity.
+	Quotas []Quota `json:"quotas,omitempty" yaml:"quotas,omitempty" toml:"quotas,omitempty"`
+}
+
+// Quota is a calendar quota: at most Limit requests' cost per client in
+// each calendar window (the hour, day, ISO week or month of Timezone),
+// charged in the same script call as the rates it sits beside, all or
+// nothing. Its counter lives in Redis until its window ends.
+type Quota struct {
+	// Name names the quota in headers, problems and metrics; required,
+	// unique among the class, rules, plans and the owner's quotas. Plans'
+	// quotas of one name share their counter (a client that changes plan
+	// keeps its count).
+	Name string `json:"name,omitempty" yaml:"name,omitempty" toml:"name,omitempty"`
+	// Limit is the cost allowed per window; required, > 0.
+	Limit int64 `json:"limit,omitempty" yaml:"limit,omitempty" toml:"limit,omitempty"`
+	// Window is "hour", "day", "week" (ISO: from Monday) or "month".
+	Window string `json:"window,omitempty" yaml:"window,omitempty" toml:"window,omitempty"`
+	// Timezone is the IANA zone whose calendar the windows follow
+	// ("Europe/Berlin"). Default "UTC".
+	Timezone string `json:"timezone,omitempty" yaml:"timezone,omitempty" toml:"timezone,omitempty"`
 }
 
 // RedisConfig says where the shared buckets live.

@@ -62,7 +62,11 @@ func decideKey(t *Tollgate, set *policySet, key string, r int, d []int64) int {
 		}
 		return decidedCache
 	}
-	if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
+	cmd := set.cmd
+	if set.quotas {
+		cmd = quotaCall(set).cmd
+	}
+	if redisCheck(t.be, cmd, key, d, &t.set.redis, t.hb) != nil {
 		return fallback(t, set, key, d)
 	}
 	if d[0] != 1 {
@@ -101,7 +105,11 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseW
 			return decidedCache
 		}
 	}
-	if redisCheck(t.be, set.cmd, call, d, &t.set.redis, t.hb) != nil {
+	cmd := set.cmd
+	if set.quotas {
+		cmd = quotaCall(set).cmd
+	}
+	if redisCheck(t.be, cmd, call, d, &t.set.redis, t.hb) != nil {
 		if set.ownKeys {
 			return fallbackOwn(t, set, req, key, d)
 		}
@@ -264,6 +272,9 @@ func takeLocal(t *Tollgate, set *policySet, keys []string, d []int64) int {
 	lims := set.locals
 	set.localsMu.Unlock()
 	t.local.take(keys, lims, d)
+	if set.quotas {
+		localQuotas(set, d)
+	}
 	return decidedLocal
 }
 

@@ -10,7 +10,8 @@ package tollgate
 //
 // r is the whole tokens left after this request (before it, when refused);
 // t the seconds, rounded up, until a request of this cost can pass, so on a
-// 429 the violated policy's t equals Retry-After.
+// 429 the violated policy's t equals Retry-After; a calendar quota's t is
+// the seconds to its window's end (quota.go).
 
 import (
 	"net/http"
@@ -34,7 +35,7 @@ func ceilSecs(ms int64) int64 {
 // setHeaders writes the rate-limit headers of decision d (see takeAll). The
 // common case, IETF headers for one policy, is all it does itself.
 func setHeaders(h http.Header, mode int, set *policySet, d []int64) {
-	if mode == headersIETF && len(set.ps) == 1 {
+	if mode == headersIETF && len(set.ps) == 1 && !set.quotas {
 		h.Set("RateLimit-Policy", set.policyHeader)
 		h.Set("RateLimit", set.quoted[0]+";r="+strconv.FormatInt(d[1], 10)+";t="+strconv.FormatInt((d[2]+999)/1000, 10))
 		return
@@ -45,10 +46,18 @@ func setHeaders(h http.Header, mode int, set *policySet, d []int64) {
 // setAllHeaders is setHeaders for any mode and number of policies.
 func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
 	if mode&headersIETF != 0 {
-		h.Set("RateLimit-Policy", set.policyHeader)
+		ph := set.policyHeader
+		if set.quotas {
+			ph = quotaCall(set).policyHeader
+		}
+		h.Set("RateLimit-Policy", ph)
 		items := make([]string, len(set.ps))
-		for i := range items {
-			items[i] = set.quoted[i] + ";r=" + strconv.FormatInt(d[1+3*i], 10) + ";t=" + strconv.FormatInt(ceilSecs(d[2+3*i]), 10)
+		for i, p := range set.ps {
+			t := d[2+3*i] // a rate's: until a request fits; a quota's: until its window ends
+			if p.quota != nil {
+				t = d[3+3*i]
+			}
+			items[i] = set.quoted[i] + ";r=" + strconv.FormatInt(d[1+3*i], 10) + ";t=" + strconv.FormatInt(ceilSecs(t), 10)
 		}
 		h.Set("RateLimit", strings.Join(items, ", "))
 	}
@@ -73,7 +82,11 @@ func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
 	}
 	if mode&headersDraft07 != 0 {
 		p := set.ps[j]
-		h.Set("RateLimit-Policy", limit+";w="+strconv.FormatInt(p.periodSecs, 10)+";burst="+strconv.FormatInt(int64(p.lim.burst), 10))
+		burst := ";burst=" + strconv.FormatInt(int64(p.lim.burst), 10)
+		if p.quota != nil {
+			burst = "" // a quota has none
+		}
+		h.Set("RateLimit-Policy", limit+";w="+strconv.FormatInt(quotaSecs(p), 10)+burst)
 		h.Set("RateLimit", "limit="+limit+", remaining="+remaining+", reset="+reset)
 	}
 }

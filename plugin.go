@@ -70,15 +70,13 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 		t.notes = x.Notes()
 	}
 	now := shared.now()
-	for _, p := range append(append(set.rules, set.top), set.plans...) {
-		if p != nil {
-			p.m = shared.metrics.Policy(set.class, p.name, now)
-		}
+	for _, p := range set.policies() {
+		p.m = shared.metrics.Policy(set.class, p.name, now)
 	}
 	hb, floor := t.hb, set.replicas
 	shared.metrics.Class(set.class, func(now int64) int64 { return replicasSeen(hb, floor, now) }, now)
-	if set.top != nil {
-		t.top = t.withLeases(t.prepared(withHeaders(newPolicySet([]*policy{set.top}, set.keyLen), set.headers)))
+	if top := set.topPolicies(); top != nil {
+		t.top = t.withLeases(t.prepared(withHeaders(newPolicySet(top, set.keyLen), set.headers)))
 		t.plain = len(set.rules) == 0 && t.top.plain && set.plans == nil && set.exempt == nil
 	}
 	return t, nil
@@ -270,10 +268,13 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 		}
 		bit <<= 1
 	}
-	top := t.set.top
+	ps := t.set.topPolicies()
 	if t.set.plans != nil {
 		if pi := t.set.planOf(req); pi >= 0 {
-			top = t.set.plans[pi] // nil: unlimited
+			ps = nil // unlimited
+			if p := t.set.plans[pi]; p != nil {
+				ps = t.set.withQuotas(p, t.set.planQuotas, pi)
+			}
 			mask |= uint64(pi+1) << maxRules
 		}
 	}
@@ -285,14 +286,11 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 	if s, ok := t.sets[mask]; ok {
 		return s
 	}
-	var ps []*policy
-	if top != nil {
-		ps = append(ps, top)
-	}
+	ps = append([]*policy(nil), ps...)
 	bit = 1
-	for _, r := range t.set.rules {
+	for i, r := range t.set.rules {
 		if mask&bit != 0 {
-			ps = append(ps, r)
+			ps = append(ps, t.set.withQuotas(r, t.set.ruleQuotas, i)...)
 		}
 		bit <<= 1
 	}

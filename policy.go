@@ -24,6 +24,7 @@ type policy struct {
 	failClosed bool
 	shadow     bool            // never refuses (Config.Shadow)
 	lease      leaseShape      // the top level's and a plan's (Config.Lease); max 0: none
+	quota      *quotaShape     // a calendar quota (quota.go); nil: a rate
 	m          *metrics.Policy // its counters (internal/metrics); set by New
 	// rule matching; the top-level policy matches everything
 	pathPrefix string
@@ -92,6 +93,9 @@ const maxRefillUS = 100 * usPerYear
 // regions): average/replicas over the same period, burst/replicas, each at
 // least one request's cost.
 func (p *policy) localShare(replicas int64) limit {
+	if p.quota != nil {
+		return p.lim // not counted without Redis: a bucket that refills at once (localQuotas)
+	}
 	if replicas < 1 {
 		replicas = 1
 	}

@@ -43,6 +43,14 @@ type policySet struct {
 	// lease, when not nil, leases the set's requests (lease.go).
 	lease *leasing
 
+	// Calendar quotas (quota.go): quotas when some policy is one; its
+	// call and RateLimit-Policy are then quotaV's (quotaCall), made
+	// again, for keys of keyLen bytes, when a window rolls over.
+	quotas  bool
+	keyLen  int
+	quotaMu sync.Mutex
+	quotaV  *quotaView
+
 	// Shadow policies (Config.Shadow): shadow when some policy is one;
 	// enforce is the set of the others (nil when none), charged on their
 	// own when a request is refused by shadow policies alone.
@@ -87,6 +95,13 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 		s.joints = s.cmd.Joints()
 		s.cmd = s.cmd.Whole()
 	}
+	for _, p := range ps {
+		s.quotas = s.quotas || p.quota != nil
+	}
+	if s.quotas {
+		s.keyLen = keyLen
+		s.quotaV = quotaViewAt(s, quotaNow())
+	}
 	m := ps[0].m
 	s.admitted = [3]*int64{&m.N[metrics.ByRedis*metrics.NResults+metrics.Allowed], &m.N[metrics.ByLocal*metrics.NResults+metrics.Allowed],
 		&m.N[metrics.ByLease*metrics.NResults+metrics.Allowed]}
@@ -108,8 +123,8 @@ func withHeaders(s *policySet, headers int) *policySet {
 	if s.enforce != nil {
 		withHeaders(s.enforce, headers)
 	}
-	s.plain = headers == 0 || headers == headersIETF && len(s.ps) == 1
-	if headers == headersIETF && len(s.ps) == 1 {
+	s.plain = !s.quotas && (headers == 0 || headers == headersIETF && len(s.ps) == 1)
+	if s.plain && headers == headersIETF {
 		s.policyValue = []string{s.policyHeader}
 		s.rPrefix = s.quoted[0] + ";r="
 	}
@@ -189,11 +204,20 @@ func withGroups(s *policySet, keyLen int) {
 	}
 	// (Appended one by one, never prepended: Yaegi's test mode cannot
 	// compile a slice literal of a type that holds a slice of itself.)
-	for i, p := range s.ps {
-		if p.source != nil {
-			s.groups = append(s.groups, newPolicySet([]*policy{p}, keyLen))
-			s.groupPos = append(s.groupPos, []int{i})
+	// A rule keyed its own way is a group with its quotas (which share
+	// its identity, hence its slot).
+	for i := 0; i < len(s.ps); i++ {
+		p := s.ps[i]
+		if p.source == nil {
+			continue
 		}
+		ps, pos := []*policy{p}, []int{i}
+		for i+1 < len(s.ps) && s.ps[i+1].quota != nil && s.ps[i+1].source == p.source {
+			i++
+			ps, pos = append(ps, s.ps[i]), append(pos, i)
+		}
+		s.groups = append(s.groups, newPolicySet(ps, keyLen))
+		s.groupPos = append(s.groupPos, pos)
 	}
 	if s.enforce != nil && s.enforce.ownKeys {
 		withGroups(s.enforce, keyLen)
@@ -204,7 +228,12 @@ func withGroups(s *policySet, keyLen int) {
 func policyHeader(ps []*policy) string {
 	items := make([]string, len(ps))
 	for i, p := range ps {
-		items[i] = `"` + p.name + `";q=` + strconv.FormatInt(p.average, 10) + ";w=" + strconv.FormatInt(p.periodSecs, 10)
+		items[i] = policyItem(p, p.periodSecs)
 	}
 	return strings.Join(items, ", ")
+}
+
+// policyItem is p's item in RateLimit-Policy, its window w seconds long.
+func policyItem(p *policy, w int64) string {
+	return `"` + p.name + `";q=` + strconv.FormatInt(p.average, 10) + ";w=" + strconv.FormatInt(w, 10)
 }

@@ -56,7 +56,8 @@ func connect(b *backend, set redisSettings) error {
 // cmdParts is the shape of a script call over policies: each key's
 // length (keyLen; clientKeyLen for a rule keyed its own way, never
 // sharded) and suffix, and the interval, burst and cost of every bucket
-// (then, with regions, each bucket's static share).
+// (a quota's: -limit, its windows, cost; quota.go) (then, with regions,
+// each bucket's static share).
 type cmdParts struct {
 	lens     []int
 	suffixes []string
@@ -73,6 +74,10 @@ func commandParts(ps []*policy, keyLen int) cmdParts {
 		}
 		c.lens = append(c.lens, n)
 		c.suffixes = append(c.suffixes, p.keySuffix)
+		if p.quota != nil { // -limit, the windows (quotaViewAt), cost
+			c.args = append(c.args, strconv.FormatInt(-p.quota.limit, 10), "", strconv.FormatFloat(p.lim.cost, 'g', -1, 64))
+			continue
+		}
 		c.args = append(c.args, strconv.FormatFloat(p.shard.interval, 'g', -1, 64),
 			strconv.FormatFloat(p.shard.burst, 'g', -1, 64), strconv.FormatFloat(p.shard.cost, 'g', -1, 64))
 	}
