@@ -42,18 +42,18 @@ type settings struct {
 	headers     int
 	decision    string // DecisionHeader, canonical; "" when off
 	redis       redisSettings
-	replicas    int64             // Replicas: the fallback's divisor until a heartbeat count is seen
-	shards      int64             // sub-buckets per client bucket; 1: not sharded
-	digits      int               // width of the shard number in keys
-	keyLen      int               // length of a client key in Redis (sharded or not)
-	disabled    bool              // no policy at all
-	leases      bool              // the top level or a plan leases (lease.go): every call honours leases
+	replicas    int64 // Replicas: the fallback's divisor until a heartbeat count is seen
+	shards      int64 // sub-buckets per client bucket; 1: not sharded
+	digits      int   // width of the shard number in keys
+	keyLen      int   // length of a client key in Redis (sharded or not)
+	disabled    bool  // no policy at all
+	leases      bool  // the top level or a plan leases (lease.go): every call honours leases
 	// Quotas (quota.go), charged with their owner: the top level's (also
 	// with no top-level rate), plans[i]'s and rules[i]'s. (Not in policy:
 	// Yaegi refuses a struct type that holds a slice of itself.)
-	topQuotas  []*policy
-	planQuotas [][]*policy
-	ruleQuotas [][]*policy
+	topQuotas   []*policy
+	planQuotas  [][]*policy
+	ruleQuotas  [][]*policy
 	region      *regions.Settings // nil without regions (region.go)
 	regionPeers []redisSettings   // the peers' Redis, in region.Peers' order
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -255,5 +256,37 @@ func TestQuotaConfigErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error about %q", tc.desc, err, tc.want)
 		}
+	}
+}
+
+func TestQuotaPerRegion(t *testing.T) {
+	// Each region's Redis counts a quota on its own: a client of one
+	// region gets the limit exactly, one that spreads over R regions up
+	// to R x the limit (README: Regions). The region's rate share does
+	// not shrink a quota.
+	a, b, _, _ := regionPair(t, "quota-regions", func(c *Config) {
+		c.DecisionHeader = "X-Decision"
+		c.Quotas = []Quota{{Name: "daily", Limit: 3, Window: "day"}}
+	})
+	pa, _ := sendAll(a, "k", 5)
+	pb, _ := sendAll(b, "k", 5)
+	if pa != 3 || pb != 3 {
+		t.Errorf("admitted %d in region a and %d in b, want the limit, 3, in each", pa, pb)
+	}
+	if got := serve(a, "k").Header().Get("X-Decision"); got != "cache" && got != "redis" {
+		t.Errorf("a refusal decided %q", got)
+	}
+}
+
+func TestQuotaRefusalsCountedUnderTheQuota(t *testing.T) {
+	addr := redistest.Start(t)
+	h := quotaHandler(t, addr, []Quota{{Name: "hourly", Limit: 1, Window: "hour"}}, func(c *Config) { c.Class = "quota-metrics" })
+	sendAll(h, "k", 3)
+	rate, quota := h.top.ps[0].m, h.top.ps[1].m
+	limited := func(m *metrics.Policy) int64 {
+		return m.N[metrics.ByRedis*metrics.NResults+metrics.Limited] + m.N[metrics.ByCache*metrics.NResults+metrics.Limited]
+	}
+	if limited(quota) != 2 || limited(rate) != 0 {
+		t.Errorf("refusals: %d under the quota, %d under the rate; want 2 and 0", limited(quota), limited(rate))
 	}
 }
