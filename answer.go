@@ -47,6 +47,9 @@ func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policy
 		return
 	}
 	t.next.ServeHTTP(rw, req)
+	if set.costed {
+		t.chargeResponse(rw, req, set)
+	}
 }
 
 // prepared has s's deny cache prepare its answers (refuseCached) when
@@ -171,4 +174,7 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 		setHeaders(rw.Header(), t.set.headers, set, d)
 	}
 	t.next.ServeHTTP(rw, req)
+	if set.costed {
+		t.chargeResponse(rw, req, set)
+	}
 }

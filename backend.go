@@ -65,8 +65,9 @@ type backend struct {
 	closed    int64 // requests refused with 503 (failureMode closed)
 
 	leasesMu      sync.Mutex
-	leases        *leaseTable // made on first use (leasesOf)
-	giveBacksLost int64       // leases whose give-back failed
+	leases        *leaseTable  // made on first use (leasesOf)
+	giveBacksLost int64        // leases whose give-back failed
+	charges       *chargeQueue // response costs to charge (charge.go), made on first use
 }
 
 // check asks Redis, through the breaker, for decision d, with the caller's

@@ -234,7 +234,7 @@ for i = 1, n do
     local tat = now
     if v then tat = v / 64 end
     clamped[i] = false
-    if tat < now then tat = now elseif tat > now + cap[i] then tat = now + cap[i]; clamped[i] = true end
+    if tat < now then tat = now elseif tat > now + cap[i] and tonumber(redis.pcall('GET', KEYS[i] .. '}d')) ~= v then tat = now + cap[i]; clamped[i] = true end
     if kept[i] then tat = now + cap[i] - (now + cap[i] - tat) * kept[i]; clamped[i] = true end
     s[i] = tat
     if tat + iv[i] * cost[i] - now > cap[i] + slack[i] then ok = 0 end

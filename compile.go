@@ -175,6 +175,9 @@ func compile(cfg *Config, name string) (*settings, error) {
 	if err := compileAllQuotas(cfg, s, topClosed, seen); err != nil {
 		return nil, err
 	}
+	if err := compileResponseCosts(cfg, s); err != nil {
+		return nil, err
+	}
 	for _, p := range append(append(s.rules, s.top), s.plans...) {
 		if p == nil || p.source != nil { // a rule keyed its own way has one key, never sharded
 			continue
@@ -224,8 +227,8 @@ func compile(cfg *Config, name string) (*settings, error) {
 	for _, p := range append([]*policy{s.top}, s.plans...) {
 		s.leases = s.leases || p != nil && p.lease.max > 0
 	}
-	if s.shards > 1 || cfg.Region != nil || s.hasQuotas() {
-		s.leases = false // see Lease in the README: a sharded or regional key, or one with quotas, is not leased
+	if s.shards > 1 || cfg.Region != nil || s.hasQuotas() || s.costed() {
+		s.leases = false // see Lease in the README: a sharded or regional key, or one with quotas or response costs, is not leased
 	}
 	if s.redis, err = compileRedis(&cfg.Redis); err != nil {
 		return nil, err

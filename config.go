@@ -46,6 +46,9 @@ type Config struct {
 	// Quotas are calendar quotas charged with the top-level limit (see
 	// Quota); with average 0 they apply alone. At most 8. Default none.
 	Quotas []Quota `json:"quotas,omitempty" yaml:"quotas,omitempty" toml:"quotas,omitempty"`
+	// ResponseCost charges what the response says a request cost (see
+	// ResponseCost). Default none.
+	ResponseCost *ResponseCost `json:"responseCost,omitempty" yaml:"responseCost,omitempty" toml:"responseCost,omitempty"`
 	// Rules add buckets for matching requests; every matching rule is charged
 	// together with the top-level limit, all or nothing. Default none.
 	Rules []Rule `json:"rules,omitempty" yaml:"rules,omitempty" toml:"rules,omitempty"`
@@ -197,6 +200,8 @@ type Plan struct {
 	// Quotas replace the top level's for the plan's clients; unset means
 	// the top level's.
 	Quotas []Quota `json:"quotas,omitempty" yaml:"quotas,omitempty" toml:"quotas,omitempty"`
+	// ResponseCost as at the top level; unset means the top level's.
+	ResponseCost *ResponseCost `json:"responseCost,omitempty" yaml:"responseCost,omitempty" toml:"responseCost,omitempty"`
 	// Unlimited: the plan's clients pass the top-level limit (no bucket,
 	// no RateLimit headers of it); rules still apply.
 	Unlimited bool `json:"unlimited,omitempty" yaml:"unlimited,omitempty" toml:"unlimited,omitempty"`
@@ -244,6 +249,24 @@ type Rule struct {
 	Shadow string `json:"shadow,omitempty" yaml:"shadow,omitempty" toml:"shadow,omitempty"`
 	// Quotas are charged with the rule, under its client identity.
 	Quotas []Quota `json:"quotas,omitempty" yaml:"quotas,omitempty" toml:"quotas,omitempty"`
+	// ResponseCost for the rule's bucket and quotas; unset: none.
+	ResponseCost *ResponseCost `json:"responseCost,omitempty" yaml:"responseCost,omitempty" toml:"responseCost,omitempty"`
+}
+
+// ResponseCost: after the backend answers, Header's value (a decimal
+// integer from 0 to Max, one line) less the cost the request was charged
+// is charged to the same bucket and quotas, off the response's path; the
+// bucket may go into debt. Anything else in the header is ignored and
+// counted. The header reaches the client (it is read once the response
+// is written).
+type ResponseCost struct {
+	// Header names the response header, e.g. X-Usage-Tokens. Required.
+	Header string `json:"header,omitempty" yaml:"header,omitempty" toml:"header,omitempty"`
+	// Max is the largest cost a response may name; required, > 0.
+	Max int64 `json:"max,omitempty" yaml:"max,omitempty" toml:"max,omitempty"`
+	// KeepHeader is accepted for compatibility: the header is always
+	// kept (see the README).
+	KeepHeader bool `json:"keepHeader,omitempty" yaml:"keepHeader,omitempty" toml:"keepHeader,omitempty"`
 }
 
 // Quota is a calendar quota: at most Limit requests' cost per client in

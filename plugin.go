@@ -72,6 +72,9 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	now := shared.now()
 	for _, p := range set.policies() {
 		p.m = shared.metrics.Policy(set.class, p.name, now)
+		if p.respCost != nil {
+			atomic.StoreInt64(&p.m.Costed, 1)
+		}
 	}
 	hb, floor := t.hb, set.replicas
 	shared.metrics.Class(set.class, func(now int64) int64 { return replicasSeen(hb, floor, now) }, now)

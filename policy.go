@@ -25,6 +25,7 @@ type policy struct {
 	shadow     bool            // never refuses (Config.Shadow)
 	lease      leaseShape      // the top level's and a plan's (Config.Lease); max 0: none
 	quota      *quotaShape     // a calendar quota (quota.go); nil: a rate
+	respCost   *costShape      // its owner's response cost (charge.go); nil: none
 	m          *metrics.Policy // its counters (internal/metrics); set by New
 	// rule matching; the top-level policy matches everything
 	pathPrefix string

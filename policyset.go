@@ -47,6 +47,7 @@ type policySet struct {
 	// call and RateLimit-Policy are then quotaV's (quotaCall), made
 	// again, for keys of keyLen bytes, when a window rolls over.
 	quotas  bool
+	costed  bool // some policy reads a response cost (charge.go)
 	keyLen  int
 	quotaMu sync.Mutex
 	quotaV  *quotaView
@@ -97,6 +98,7 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 	}
 	for _, p := range ps {
 		s.quotas = s.quotas || p.quota != nil
+		s.costed = s.costed || p.respCost != nil
 	}
 	if s.quotas {
 		s.keyLen = keyLen
@@ -123,7 +125,7 @@ func withHeaders(s *policySet, headers int) *policySet {
 	if s.enforce != nil {
 		withHeaders(s.enforce, headers)
 	}
-	s.plain = !s.quotas && (headers == 0 || headers == headersIETF && len(s.ps) == 1)
+	s.plain = !s.quotas && !s.costed && (headers == 0 || headers == headersIETF && len(s.ps) == 1)
 	if s.plain && headers == headersIETF {
 		s.policyValue = []string{s.policyHeader}
 		s.rPrefix = s.quoted[0] + ";r="

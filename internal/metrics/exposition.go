@@ -32,6 +32,20 @@ func WritePolicies(w *bufio.Writer, pols []*Policy, classes []ClassRow) {
 	for _, p := range pols {
 		series(w, "tollgate_near_limit_total", atomic.LoadInt64(&p.Near), "class", p.Class, "policy", p.Name)
 	}
+	head(w, "tollgate_response_cost_tokens_total", "counter", "Tokens charged from responses' cost headers beyond the requests' cost (responseCost).")
+	for _, p := range pols {
+		if atomic.LoadInt64(&p.Costed) != 0 {
+			series(w, "tollgate_response_cost_tokens_total", atomic.LoadInt64(&p.CostCharged), "class", p.Class, "policy", p.Name)
+		}
+	}
+	head(w, "tollgate_response_cost_errors_total", "counter", "Response costs not charged: invalid (a header not an integer from 0 to max, or several), failed (Redis did not take the charge), dropped (the charge queue was full).")
+	for _, p := range pols {
+		if atomic.LoadInt64(&p.Costed) != 0 {
+			series(w, "tollgate_response_cost_errors_total", atomic.LoadInt64(&p.CostInvalid), "class", p.Class, "policy", p.Name, "reason", "invalid")
+			series(w, "tollgate_response_cost_errors_total", atomic.LoadInt64(&p.CostFailed), "class", p.Class, "policy", p.Name, "reason", "failed")
+			series(w, "tollgate_response_cost_errors_total", atomic.LoadInt64(&p.CostDropped), "class", p.Class, "policy", p.Name, "reason", "dropped")
+		}
+	}
 	head(w, "tollgate_fallback_replicas", "gauge", "The number of pods the local fallback divides a class's limits by (heartbeat count, or replicas).")
 	for _, c := range classes {
 		series(w, "tollgate_fallback_replicas", c.N, "class", c.Name)

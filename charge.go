@@ -1,0 +1,364 @@
+package tollgate
+
+// Cost from the response (Config.ResponseCost): what a request really
+// cost, known once the backend has answered (an LLM's tokens), charged to
+// the buckets and quotas that admitted it.
+//
+// After next returns, the backend's header (one line, a decimal integer
+// from 0 to max) less the cost the check already charged is queued on the
+// backend's charge queue; a goroutine of the queue's, running while it
+// holds charges, sends them in batches: one script call for up to
+// maxChargeBatch charges (one per charge and bucket in a Cluster, whose
+// calls' keys share a slot). A bucket may go into debt (chargeScript): its
+// TAT past a full refill, so that later requests wait until it is back
+// above zero; the check reads the debt mark (K}d) before it would take
+// such a TAT for a clock stepped back. A malformed header is counted and
+// charges nothing; a full queue drops the charge and counts it; a failed
+// call counts its charges. The header reaches the client: it is read
+// after the response was written, and the ResponseWriter is not wrapped.
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redis"
+)
+
+// costShape is a compiled ResponseCost: the header (canonical) and the
+// largest cost it may name.
+type costShape struct {
+	header string
+	max    int64
+}
+
+// maxResponseCost bounds ResponseCost.Max.
+const maxResponseCost = 1000000000000
+
+// compileResponseCost validates rc (field names it); nil: none.
+func compileResponseCost(field string, rc *ResponseCost) (*costShape, error) {
+	if rc == nil || strings.TrimSpace(rc.Header) == "" && rc.Max == 0 {
+		return nil, nil
+	}
+	h := strings.TrimSpace(rc.Header)
+	if !validHeaderName(h) {
+		return nil, fmt.Errorf("%s.header: %q is not a header name", field, rc.Header)
+	}
+	if rc.Max <= 0 || rc.Max > maxResponseCost {
+		return nil, fmt.Errorf("%s.max: %d must be from 1 to %d", field, rc.Max, int64(maxResponseCost))
+	}
+	return &costShape{header: http.CanonicalHeaderKey(h), max: rc.Max}, nil
+}
+
+// responseCost reads shape's header in h: the cost it names, and whether
+// it names one well (absent: 0, true).
+func responseCost(h http.Header, shape *costShape) (int64, bool) {
+	v := h[shape.header]
+	if len(v) == 0 {
+		return 0, true
+	}
+	if len(v) > 1 || len(v[0]) == 0 || len(v[0]) > 13 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil || n < 0 || n > shape.max || v[0][0] == '+' {
+		return 0, false
+	}
+	return n, true
+}
+
+// compileResponseCosts compiles the response costs of the top level, the
+// plans (unset: the top level's) and the rules onto their policies and
+// those policies' quotas.
+func compileResponseCosts(cfg *Config, s *settings) error {
+	top, err := compileResponseCost("responseCost", cfg.ResponseCost)
+	if err != nil {
+		return err
+	}
+	set := func(shape *costShape, ps []*policy) {
+		for _, p := range ps {
+			p.respCost = shape
+		}
+	}
+	set(top, s.topPolicies())
+	for i, pl := range cfg.Plans {
+		shape := top
+		if pl.ResponseCost != nil {
+			if shape, err = compileResponseCost(fmt.Sprintf("plans[%d].responseCost", i), pl.ResponseCost); err != nil {
+				return err
+			}
+		}
+		if p := s.plans[i]; p != nil {
+			set(shape, s.withQuotas(p, s.planQuotas, i))
+		}
+	}
+	for i, r := range cfg.Rules {
+		shape, err := compileResponseCost(fmt.Sprintf("rules[%d].responseCost", i), r.ResponseCost)
+		if err != nil {
+			return err
+		}
+		set(shape, s.withQuotas(s.rules[i], s.ruleQuotas, i))
+	}
+	if s.costed() && (s.shards > 1 || cfg.Region != nil) {
+		return fmt.Errorf("responseCost: not with shards or regions (a response's charge goes to the client's whole bucket in one Redis)")
+	}
+	return nil
+}
+
+// costed reports whether some policy of s reads a response cost.
+func (s *settings) costed() bool {
+	for _, p := range s.policies() {
+		if p.respCost != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// chargeResponse charges what the response says the admitted request
+// cost, beyond the cost already charged, to each policy of set whose
+// owner reads a response cost (after next).
+func (t *Tollgate) chargeResponse(rw http.ResponseWriter, req *http.Request, set *policySet) {
+	h := rw.Header()
+	var amounts []int64
+	for i, p := range set.ps {
+		if p.respCost == nil {
+			continue
+		}
+		n, ok := responseCost(h, p.respCost)
+		if !ok {
+			atomic.AddInt64(&p.m.CostInvalid, 1)
+			continue
+		}
+		if extra := n - int64(p.lim.cost); extra > 0 {
+			if amounts == nil {
+				amounts = make([]int64, len(set.ps))
+			}
+			amounts[i] = extra
+		}
+	}
+	if amounts == nil {
+		return
+	}
+	key := clientKey(t.set.class, t.set.source.identity(req))
+	keys := clientKeys(t, set, req, key)
+	for i, p := range set.ps {
+		keys[i] += p.keySuffix
+	}
+	chargesOf(t.be).add(&charge{ps: set.ps, keys: keys, amounts: amounts})
+}
+
+// charge is one response's charge: for each policy (amount > 0), its key.
+type charge struct {
+	ps      []*policy
+	keys    []string
+	amounts []int64
+}
+
+// maxCharges bounds a backend's queue; maxChargeBatch a call's charges.
+const (
+	maxCharges     = 10000
+	maxChargeBatch = 64
+	chargeTimeout  = time.Second
+)
+
+// chargeQueue is a backend's charges waiting for Redis. Safe for
+// concurrent use.
+type chargeQueue struct {
+	rc      *redis.Client
+	mu      sync.Mutex
+	queue   []*charge
+	running bool // send runs
+}
+
+// chargesOf returns b's charge queue, made on first use.
+func chargesOf(b *backend) *chargeQueue {
+	b.leasesMu.Lock()
+	defer b.leasesMu.Unlock()
+	if b.charges == nil {
+		b.charges = &chargeQueue{rc: b.rc}
+	}
+	return b.charges
+}
+
+// add queues c, or drops it (counted) when the queue is full, and starts
+// the sender when it is not running.
+func (q *chargeQueue) add(c *charge) {
+	q.mu.Lock()
+	if len(q.queue) >= maxCharges {
+		q.mu.Unlock()
+		countCharge(c, 2)
+		return
+	}
+	q.queue = append(q.queue, c)
+	start := !q.running
+	q.running = true
+	q.mu.Unlock()
+	if start {
+		go q.send()
+	}
+}
+
+// send sends the queued charges, a batch at a time, until the queue is
+// empty; then it ends.
+func (q *chargeQueue) send() {
+	for {
+		q.mu.Lock()
+		n := len(q.queue)
+		if n == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		if n > maxChargeBatch {
+			n = maxChargeBatch
+		}
+		batch := append([]*charge(nil), q.queue[:n]...)
+		q.queue = append(q.queue[:0], q.queue[n:]...)
+		q.mu.Unlock()
+		q.sendBatch(batch)
+	}
+}
+
+// sendBatch charges batch in one call, or in a Cluster one call per
+// charged key; each charge is counted charged or failed.
+func (q *chargeQueue) sendBatch(batch []*charge) {
+	d := make([]int64, 1)
+	if q.rc.Mode() != redis.Cluster {
+		res := 0
+		if q.rc.Check(chargeCommand(batch, -1), "", d, chargeTimeout) != nil {
+			res = 1
+		}
+		for _, c := range batch {
+			countCharge(c, res)
+		}
+		return
+	}
+	for _, c := range batch {
+		res := 0
+		for i, a := range c.amounts {
+			if a > 0 && q.rc.Check(chargeCommand([]*charge{c}, i), c.keys[i], d, chargeTimeout) != nil {
+				res = 1
+			}
+		}
+		countCharge(c, res)
+	}
+}
+
+// countCharge counts c under each policy it charges: 0 charged, 1 failed,
+// 2 dropped.
+func countCharge(c *charge, res int) {
+	for i, a := range c.amounts {
+		if a <= 0 {
+			continue
+		}
+		m := c.ps[i].m
+		switch res {
+		case 0:
+			atomic.AddInt64(&m.CostCharged, a)
+		case 1:
+			atomic.AddInt64(&m.CostFailed, 1)
+		default:
+			atomic.AddInt64(&m.CostDropped, 1)
+		}
+	}
+}
+
+// chargeCommand is chargeScript's call for batch (only policy "only" of
+// its one charge when only >= 0: that key routes the call, written after
+// the prefix; else every key written whole).
+func chargeCommand(batch []*charge, only int) *redis.Command {
+	now := quotaNow()
+	var lens []int
+	var keys, args []string
+	for _, c := range batch {
+		var m int
+		head := len(args)
+		args = append(args, "")
+		for i, p := range c.ps {
+			if c.amounts[i] <= 0 || only >= 0 && i != only {
+				continue
+			}
+			m++
+			if only >= 0 {
+				lens, keys = append(lens, len(c.keys[i])), append(keys, "")
+			} else {
+				lens, keys = append(lens, 0), append(keys, c.keys[i])
+			}
+			amount := strconv.FormatInt(c.amounts[i], 10)
+			if p.quota != nil {
+				args = append(args, strconv.FormatInt(-p.quota.limit, 10), windowsArg(p.quota.window(now)), amount)
+			} else {
+				args = append(args, strconv.FormatFloat(p.lim.interval, 'g', -1, 64), strconv.FormatFloat(p.lim.burst, 'g', -1, 64), amount)
+			}
+		}
+		args[head] = strconv.Itoa(m)
+	}
+	return redis.NewCommand(chargeScr, lens, keys, args, nil)
+}
+
+// windowsArg is a quota's windows as the scripts read them (quota.go).
+func windowsArg(b []int64) string {
+	return strconv.FormatInt(b[0], 10) + " " + strconv.FormatInt(b[1], 10) + " " +
+		strconv.FormatInt(b[2], 10) + " " + strconv.FormatInt(b[3], 10) + " " + strconv.FormatInt(quotaShiftUS, 10)
+}
+
+// chargeScript charges response costs.
+//
+//	ARGV  per charge: m, then m triples as bucketScript's, whose cost is
+//	      the amount to charge (a quota's: -limit, its windows, amount)
+//	KEYS  each triple's key, in order
+//
+// A bucket is charged the amount whatever it holds, into debt: its TAT at
+// most a full refill plus one burst (or the amount, when more) ahead,
+// and then, past a full refill, the same value under K}d, so that the
+// check keeps the debt rather than take it for a clock stepped back. A
+// quota's counter (of the window that holds TIME) grows by the amount. A
+// key of another type is skipped.
+const chargeScript = `
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
+local maxms = 3155760000000
+local a, k = 1, 1
+while a <= #ARGV do
+  local m = tonumber(ARGV[a])
+  a = a + 1
+  for j = 1, m do
+    local iv, b, c, key = tonumber(ARGV[a]), ARGV[a+1], tonumber(ARGV[a+2]), KEYS[k]
+    a = a + 3
+    k = k + 1
+    if iv < 0 then
+      local b0, b1, b2, b3, sh = string.match(b, '^(%d+) (%d+) (%d+) (%d+) (%-?%d+)$')
+      local qn = now + tonumber(sh)
+      local st, en = tonumber(b1), tonumber(b2)
+      if qn < st then st, en = tonumber(b0), st elseif qn >= en then st, en = en, tonumber(b3) end
+      local qk = key .. '@' .. string.format('%.0f', math.floor(st / 1000000))
+      if type(redis.pcall('INCRBY', qk, c)) == 'number' then
+        redis.call('PEXPIRE', qk, math.max(1, math.ceil((en - qn) / 1000)) + 60000)
+      end
+    else
+      local cap = iv * tonumber(b)
+      local r = redis.pcall('GET', key)
+      if type(r) ~= 'table' then
+        local tat = now
+        local v = tonumber(r)
+        if v then tat = v / 64 end
+        if tat < now then tat = now end
+        local most = now + cap + math.max(cap, iv * c)
+        tat = tat + iv * c
+        if tat > most then tat = most end
+        local val = string.format('%.0f', math.floor(tat * 64 + 0.5))
+        local px = math.min(maxms, math.max(1, math.ceil((tat - now) / 1000)))
+        redis.call('SET', key, val, 'PX', px)
+        if tat > now + cap then redis.call('SET', key .. '}d', val, 'PX', px) end
+      end
+    end
+  end
+end
+return redis.status_reply('1')
+`

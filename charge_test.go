@@ -1,0 +1,194 @@
+package tollgate
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redistest"
+)
+
+// costHandler is a middleware on addr whose backend answers with the
+// response header X-Usage-Tokens: usage() (nil: none), 25 tokens a minute
+// (burst 25), responseCost max 1000; mutate adjusts the config.
+func costHandler(t *testing.T, addr string, usage func() []string, mutate func(*Config)) *Tollgate {
+	t.Helper()
+	cfg := CreateConfig()
+	cfg.Average, cfg.Period, cfg.Burst = 25, "1m", 25
+	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
+	cfg.Redis.Endpoints = []string{addr}
+	cfg.Redis.Timeout = "500ms"
+	cfg.Redis.Username = fmt.Sprintf("test-%d", atomic.AddInt64(&backendSeq, 1))
+	cfg.Class = fmt.Sprintf("cost-%d", atomic.AddInt64(&backendSeq, 1))
+	cfg.DecisionHeader = "X-Decision"
+	cfg.ResponseCost = &ResponseCost{Header: "X-Usage-Tokens", Max: 1000}
+	if mutate != nil {
+		mutate(cfg)
+	}
+	next := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		if usage != nil {
+			rw.Header()["X-Usage-Tokens"] = usage()
+		}
+		rw.WriteHeader(200)
+	})
+	h, err := New(nil, next, cfg, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.(*Tollgate)
+}
+
+// settle waits until h's backend has sent every queued charge.
+func settle(t *testing.T, h *Tollgate) {
+	t.Helper()
+	q := chargesOf(h.be)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		q.mu.Lock()
+		idle := !q.running && len(q.queue) == 0
+		q.mu.Unlock()
+		if idle {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("charges not sent within 5 s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestResponseCostDrivesTheBucketIntoDebt(t *testing.T) {
+	addr := redistest.Start(t)
+	h := costHandler(t, addr, func() []string { return []string{"10"} }, nil)
+	// 25 tokens: 1 + 9, 1 + 9, 1 + 9 (the third into debt by 5), then a
+	// request waits until the bucket is back above its cost.
+	for i := 1; i <= 3; i++ {
+		if rec := serve(h, "k"); rec.Code != 200 {
+			t.Fatalf("request %d: %d, want 200", i, rec.Code)
+		}
+		settle(t, h)
+	}
+	rec := serve(h, "k")
+	if rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("the 4th: %d, want 429 (the bucket is in debt)", rec.Code)
+	}
+	if got := rec.Header().Get("RateLimit"); !strings.HasPrefix(got, `"`+h.set.class+`";r=0;`) {
+		t.Errorf("RateLimit %q, want r=0 while in debt", got)
+	}
+	// 5 tokens of debt and 1 to take: 6 tokens at 25 a minute, 14.4 s (a
+	// debt taken for a clock stepped back would be cut to an empty
+	// bucket: 2.4 s).
+	if ra, _ := strconv.Atoi(rec.Header().Get("Retry-After")); ra < 14 || ra > 15 {
+		t.Errorf("Retry-After %d, want 15 (the debt repaid, then one token)", ra)
+	}
+	if n := atomic.LoadInt64(&h.top.ps[0].m.CostCharged); n != 27 {
+		t.Errorf("%d tokens charged from responses, want 27", n)
+	}
+}
+
+func TestResponseCostHostileHeadersChangeNothing(t *testing.T) {
+	addr := redistest.Start(t)
+	values := [][]string{{"-5"}, {"1001"}, {"99999999999999999999"}, {"ten"}, {"5", "5"}, {"+5"}, {" 5"}, {""}, {"5\r\nX: y"}, {"0x10"}}
+	i := int64(-1)
+	h := costHandler(t, addr, func() []string { return values[atomic.AddInt64(&i, 1)%int64(len(values))] }, nil)
+	for range values {
+		if rec := serve(h, "k"); rec.Code != 200 {
+			t.Fatalf("%d", rec.Code)
+		}
+	}
+	settle(t, h)
+	m := h.top.ps[0].m
+	if inv, ch := atomic.LoadInt64(&m.CostInvalid), atomic.LoadInt64(&m.CostCharged); inv != int64(len(values)) || ch != 0 {
+		t.Errorf("%d invalid, %d tokens charged; want %d invalid, none charged", inv, ch, len(values))
+	}
+	if got := serve(h, "k").Header().Get("RateLimit"); !strings.Contains(got, ";r=14;") {
+		t.Errorf("RateLimit %q, want the requests' own cost only (25 - 11 = 14)", got)
+	}
+	// A missing header charges nothing and is no error; nor is a cost
+	// at most the request's.
+	h = costHandler(t, addr, func() []string { return []string{"1"} }, nil)
+	serve(h, "k2")
+	settle(t, h)
+	if m := h.top.ps[0].m; m.CostInvalid != 0 || m.CostCharged != 0 {
+		t.Errorf("a response cost of 1: %d invalid, %d charged", m.CostInvalid, m.CostCharged)
+	}
+}
+
+func TestResponseCostQueueBound(t *testing.T) {
+	addr := redistest.Start(t)
+	h := costHandler(t, addr, nil, nil)
+	q := chargesOf(h.be)
+	q.mu.Lock()
+	q.running = true // no sender yet: the bound alone
+	q.mu.Unlock()
+	p := h.top.ps[0]
+	key := clientKey(h.set.class, "h:flood") + p.keySuffix
+	for i := 0; i < maxCharges+7; i++ {
+		q.add(&charge{ps: h.top.ps, keys: []string{key}, amounts: []int64{1}})
+	}
+	if d := atomic.LoadInt64(&p.m.CostDropped); d != 7 {
+		t.Errorf("%d dropped, want the 7 past the bound (%d)", d, maxCharges)
+	}
+	q.send() // now the sender: every queued charge reaches Redis
+	if n := atomic.LoadInt64(&p.m.CostCharged); n != maxCharges {
+		t.Errorf("%d charged, want all %d queued (nothing lost up to the bound)", n, maxCharges)
+	}
+	// 10,000 tokens at 25 a minute, a burst of 25: the debt is at most
+	// one burst past empty; then 26 tokens to refill, 62.4 s.
+	rec := serve(h, "flood")
+	if ra, _ := strconv.Atoi(rec.Header().Get("Retry-After")); rec.Code != 429 || ra != 63 {
+		t.Errorf("after the flood: %d, Retry-After %d; want 429 and 63 s (a burst of debt, then one token)", rec.Code, ra)
+	}
+}
+
+func TestResponseCostChargesQuotas(t *testing.T) {
+	addr := redistest.Start(t)
+	h := costHandler(t, addr, func() []string { return []string{"40"} }, func(c *Config) {
+		c.Average, c.Burst = 100000, 100000
+		c.Quotas = []Quota{{Name: "month", Limit: 100, Window: "month"}}
+	})
+	// 1 + 39 a request: 40, 80, then 81 fits (120 after its charge: a
+	// quota goes into debt too), and the 4th is refused.
+	for i := 1; i <= 4; i++ {
+		rec := serve(h, "k")
+		settle(t, h)
+		want := 200
+		if i == 4 {
+			want = 429
+		}
+		if rec.Code != want {
+			t.Fatalf("request %d: %d, want %d", i, rec.Code, want)
+		}
+		if i == 4 && !strings.Contains(rec.Header().Get("RateLimit"), `"month";r=0;`) {
+			t.Errorf("RateLimit %q, want the quota spent", rec.Header().Get("RateLimit"))
+		}
+	}
+}
+
+// TestResponseCostConfig: the fields' errors.
+func TestResponseCostConfig(t *testing.T) {
+	for _, tc := range []struct {
+		desc   string
+		mutate func(c *Config)
+		want   string
+	}{
+		{"no max", func(c *Config) { c.ResponseCost = &ResponseCost{Header: "X-Usage"} }, "responseCost.max"},
+		{"a bad header", func(c *Config) { c.ResponseCost = &ResponseCost{Header: "X Usage", Max: 5} }, "responseCost.header"},
+		{"with shards", func(c *Config) { c.Shards = 2 }, "not with shards"},
+		{"a rule's", func(c *Config) {
+			c.Rules = []Rule{{Name: "r", Average: 1, ResponseCost: &ResponseCost{Header: "X-U", Max: -1}}}
+		}, "rules[0].responseCost.max"},
+	} {
+		cfg := CreateConfig()
+		cfg.Average, cfg.Burst = 10, 10
+		cfg.ResponseCost = &ResponseCost{Header: "X-Usage", Max: 100}
+		tc.mutate(cfg)
+		if _, err := compile(cfg, "api"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error about %q", tc.desc, err, tc.want)
+		}
+	}
+}
