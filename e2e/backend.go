@@ -8,7 +8,8 @@ import (
 )
 
 // Backend is the service behind the fleet: it answers 200 "ok" and counts
-// the requests that reached it.
+// the requests that reached it; a request's X-Test-Usage comes back as
+// X-Usage-Tokens.
 type Backend struct {
 	Addr   string
 	hits   int64
@@ -22,8 +23,11 @@ func StartBackend() (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{Addr: l.Addr().String()}
-	b.server = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+	b.server = &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
 		atomic.AddInt64(&b.hits, 1)
+		if u := req.Header.Get("X-Test-Usage"); u != "" {
+			rw.Header().Set("X-Usage-Tokens", u) // what the response says the request cost (responseCost)
+		}
 		rw.Header().Set("Content-Type", "text/plain")
 		_, _ = rw.Write([]byte("ok\n"))
 	})}

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -60,5 +62,59 @@ func TestFleetQuotaOneCountAcrossReplicas(t *testing.T) {
 	// Another client counts on its own.
 	if r := fe.mustSend(0, "GET", "/", fleetKey(t, "other")); r.status != 200 {
 		t.Errorf("another client: %d, want 200", r.status)
+	}
+}
+
+func TestFleetResponseCostDebt(t *testing.T) {
+	// 25 tokens a minute; the backend says each request cost 10 tokens:
+	// requests 1-3 pass (the third drives the bucket 5 into debt), the
+	// 4th is refused until the debt is repaid, on any replica.
+	fe := startFleet(t, 3, func(addr string) map[string]interface{} {
+		return dynamicConf(route{"api", "PathPrefix(`/`)", limitOpts(addr, "class", "api", "average", 25, "period", "1m", "burst", 25,
+			"redis.timeout", "1s", "responseCost", map[string]interface{}{"header": "X-Usage-Tokens", "max": "1000"})})
+	}, "api@file")
+	key := fleetKey(t, "cost")
+	send := func(i int) *http.Response {
+		req, _ := http.NewRequest("GET", fe.fleet.Replicas[i%3].URL("/"), nil)
+		req.Header.Set("X-API-Key", key)
+		req.Header.Set("X-Test-Usage", "10")
+		resp, err := fleetClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	bucket := bucketKey("api", key)
+	for i := 1; i <= 3; i++ {
+		if r := send(i - 1); r.StatusCode != 200 {
+			t.Fatalf("request %d: %d, want 200", i, r.StatusCode)
+		}
+		// The charge is sent off the response's path: wait until the
+		// bucket holds it (10 i tokens spent, 2.4 s each to refill, less
+		// what a second earns).
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			v, err := fe.redis.Do("PTTL", bucket)
+			ms, _ := v.(int64)
+			if err == nil && ms > int64(10*i-1)*2400 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("request %d: the bucket's TTL %v ms within 5 s, want the response's charge (%v)", i, v, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	r := send(3)
+	if r.StatusCode != 429 {
+		t.Fatalf("the 4th: %d, want 429 (in debt)", r.StatusCode)
+	}
+	if rl := r.Header.Get("RateLimit"); !strings.HasPrefix(rl, `"api";r=0;`) {
+		t.Errorf("RateLimit %q, want r=0 while in debt", rl)
+	}
+	if ra, _ := strconv.Atoi(r.Header.Get("Retry-After")); ra < 13 || ra > 15 {
+		t.Errorf("Retry-After %d, want about 15 s (5 tokens of debt and one to take at 25 a minute)", ra)
 	}
 }
