@@ -3,6 +3,7 @@ package tollgate
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -191,4 +192,36 @@ func TestResponseCostConfig(t *testing.T) {
 			t.Errorf("%s: %v, want an error about %q", tc.desc, err, tc.want)
 		}
 	}
+}
+
+func TestResponseCostOfPlans(t *testing.T) {
+	addr := redistest.Start(t)
+	h := costHandler(t, addr, func() []string { return []string{"10"} }, func(c *Config) {
+		c.PlanHeader = "X-Plan"
+		c.Plans = []Plan{{Name: "metered", Average: 25, Period: "1m", Burst: 25},
+			{Name: "flat", Average: 25, Period: "1m", Burst: 25, ResponseCost: &ResponseCost{Header: "X-Other", Max: 5}}}
+	})
+	left := func(plan string) string {
+		req := planRequest("k-"+plan, plan)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		settle(t, h)
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, planRequest("k-"+plan, plan))
+		return rec.Header().Get("RateLimit")
+	}
+	if got := left("metered"); !strings.HasPrefix(got, `"metered";r=14;`) {
+		t.Errorf("a plan with the top level's responseCost: %q, want 25 - 10 - 1 = 14 left", got)
+	}
+	if got := left("flat"); !strings.HasPrefix(got, `"flat";r=23;`) {
+		t.Errorf("a plan reading another header: %q, want its requests' cost only (23 left)", got)
+	}
+}
+
+// planRequest is a request of client key on plan.
+func planRequest(key, plan string) *http.Request {
+	req := httptest.NewRequest("GET", "/", nil)
+	req.Header.Set("X-API-Key", key)
+	req.Header.Set("X-Plan", plan)
+	return req
 }
