@@ -18,29 +18,21 @@ import (
 // (burst 25), responseCost max 1000; mutate adjusts the config.
 func costHandler(t *testing.T, addr string, usage func() []string, mutate func(*Config)) *Tollgate {
 	t.Helper()
-	cfg := CreateConfig()
-	cfg.Average, cfg.Period, cfg.Burst = 25, "1m", 25
-	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
-	cfg.Redis.Endpoints = []string{addr}
-	cfg.Redis.Timeout = "500ms"
-	cfg.Redis.Username = fmt.Sprintf("test-%d", atomic.AddInt64(&backendSeq, 1))
-	cfg.Class = fmt.Sprintf("cost-%d", atomic.AddInt64(&backendSeq, 1))
-	cfg.DecisionHeader = "X-Decision"
-	cfg.ResponseCost = &ResponseCost{Header: "X-Usage-Tokens", Max: 1000}
-	if mutate != nil {
-		mutate(cfg)
-	}
 	next := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
 		if usage != nil {
 			rw.Header()["X-Usage-Tokens"] = usage()
 		}
 		rw.WriteHeader(200)
 	})
-	h, err := New(nil, next, cfg, "api")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h.(*Tollgate)
+	return handlerWith(t, addr, next, func(c *Config) {
+		c.Average, c.Period, c.Burst = 25, "1m", 25
+		c.Class = fmt.Sprintf("cost-%d", atomic.AddInt64(&backendSeq, 1))
+		c.DecisionHeader = "X-Decision"
+		c.ResponseCost = &ResponseCost{Header: "X-Usage-Tokens", Max: 1000}
+		if mutate != nil {
+			mutate(c)
+		}
+	})
 }
 
 // settle waits until h's backend has sent every queued charge.

@@ -21,6 +21,12 @@ var backendSeq int64
 
 func handlerOn(t *testing.T, addr string, mutate func(*Config)) *Tollgate {
 	t.Helper()
+	return handlerWith(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(200) }), mutate)
+}
+
+// handlerWith is handlerOn in front of next.
+func handlerWith(t *testing.T, addr string, next http.Handler, mutate func(*Config)) *Tollgate {
+	t.Helper()
 	cfg := CreateConfig()
 	cfg.Average, cfg.Period, cfg.Burst = 60, "1m", 5
 	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
@@ -31,7 +37,7 @@ func handlerOn(t *testing.T, addr string, mutate func(*Config)) *Tollgate {
 	if mutate != nil {
 		mutate(cfg)
 	}
-	h, err := New(nil, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(200) }), cfg, "api")
+	h, err := New(nil, next, cfg, "api")
 	if err != nil {
 		t.Fatal(err)
 	}
