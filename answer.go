@@ -178,3 +178,43 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 		t.chargeResponse(rw, req, set)
 	}
 }
+
+// chargeResponse charges what the response says the admitted request
+// cost, beyond the cost already charged, to each policy of set whose
+// owner reads a response cost (after next): queued on the backend's
+// charge queue (costs.go), its Redis call off the response's path.
+func (t *Tollgate) chargeResponse(rw http.ResponseWriter, req *http.Request, set *policySet) {
+	h := rw.Header()
+	var c *charge
+	var keys []string
+	for i, p := range set.ps {
+		if p.respCost == nil {
+			continue
+		}
+		n, ok := responseCost(h, p.respCost)
+		if !ok {
+			atomic.AddInt64(&p.m.CostInvalid, 1)
+			continue
+		}
+		extra := n - int64(p.lim.cost)
+		if extra <= 0 {
+			continue
+		}
+		if c == nil {
+			c = &charge{}
+			keys = clientKeys(t, set, req, clientKey(t.set.class, t.set.source.identity(req)))
+		}
+		amount := strconv.FormatInt(extra, 10)
+		if p.quota != nil {
+			c.args = append(c.args, strconv.FormatInt(-p.quota.limit, 10), windowsArg(p.quota.window(quotaNow())), amount)
+		} else {
+			c.args = append(c.args, strconv.FormatFloat(p.lim.interval, 'g', -1, 64), strconv.FormatFloat(p.lim.burst, 'g', -1, 64), amount)
+		}
+		c.keys = append(c.keys, keys[i]+p.keySuffix)
+		c.amounts = append(c.amounts, extra)
+		c.ms = append(c.ms, p.m)
+	}
+	if c != nil {
+		chargesOf(t.be).add(c)
+	}
+}

@@ -429,3 +429,13 @@ func (b *backend) anyDue() bool {
 	}
 	return false
 }
+
+// chargesOf returns b's charge queue, made on first use.
+func chargesOf(b *backend) *chargeQueue {
+	b.leasesMu.Lock()
+	defer b.leasesMu.Unlock()
+	if b.charges == nil {
+		b.charges = &chargeQueue{rc: b.rc}
+	}
+	return b.charges
+}

@@ -247,28 +247,6 @@ func compile(cfg *Config, name string) (*settings, error) {
 	return s, nil
 }
 
-// reservedHeaders are the response headers decisionHeader may not name
-// (canonical): what frames or routes the message, sets cookies, governs
-// caches or authentication, and the headers Tollgate itself sends.
-var reservedHeaders = map[string]bool{
-	"Content-Length": true, "Content-Type": true, "Content-Encoding": true, "Content-Range": true,
-	"Content-Location": true, "Content-Disposition": true, "Content-Security-Policy": true,
-	"Transfer-Encoding": true, "Connection": true, "Keep-Alive": true, "Upgrade": true, "Trailer": true, "Te": true,
-	"Proxy-Connection": true, "Location": true, "Host": true, "Date": true, "Server": true, "Alt-Svc": true,
-	"Set-Cookie": true, "Set-Cookie2": true, "Cookie": true,
-	"Cache-Control": true, "Expires": true, "Age": true, "Vary": true, "Etag": true, "Last-Modified": true, "Pragma": true,
-	"Www-Authenticate": true, "Authorization": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
-	"Strict-Transport-Security": true, "Accept-Ranges": true, "Allow": true,
-	"Retry-After": true, "Ratelimit": true, "Ratelimit-Policy": true,
-}
-
-// reservedHeader reports whether the canonical header name h has a meaning
-// in HTTP or is one Tollgate sends (reservedHeaders, X-Ratelimit-*,
-// Access-Control-*).
-func reservedHeader(h string) bool {
-	return reservedHeaders[h] || strings.HasPrefix(h, "X-Ratelimit-") || strings.HasPrefix(h, "Access-Control-")
-}
-
 // compilePlans compiles cfg's plans into s (see settings.plans); names
 // holds the rules' names, which a plan may not take.
 func compilePlans(cfg *Config, s *settings, period string, topClosed bool, names map[string]bool) error {
@@ -346,4 +324,176 @@ func compilePlans(cfg *Config, s *settings, period string, topClosed bool, names
 		return errors.New("plans: a request whose planHeader is missing, repeated or names no plan would not be limited: set defaultPlan (e.g. the lowest plan, or an unlimited one to say so) or a top-level average")
 	}
 	return nil
+}
+
+// compileAllQuotas compiles the quotas of the top level, the plans and
+// the rules into s. names holds the rules' names. A quota takes no name
+// of the class, a rule or a plan; a rule's, none of another quota's
+// either (they would meet in one set); plans may repeat the top level's
+// names and each other's (never in one set), and share their counters.
+func compileAllQuotas(cfg *Config, s *settings, topClosed bool, names map[string]bool) error {
+	if !hasAnyQuota(cfg) {
+		return nil
+	}
+	if s.shards > 1 {
+		return errors.New("quotas: not with shards (a quota keeps a client's whole window under one key)")
+	}
+	base := map[string]bool{s.class: true}
+	for n := range names {
+		base[n] = true
+	}
+	for n := range s.planIndex {
+		base[n] = true
+	}
+	taken := map[string]bool{}
+	for n := range base {
+		taken[n] = true
+	}
+	var err error
+	if s.topQuotas, err = compileQuotas("quotas", cfg.Quotas, s.top, "", orDefault(cfg.Cost, defaultCost), topClosed, cfg.Shadow, base); err != nil {
+		return err
+	}
+	for _, q := range s.topQuotas {
+		taken[q.name] = true
+	}
+	s.planQuotas = make([][]*policy, len(s.plans))
+	for i, pl := range cfg.Plans {
+		field, p := fmt.Sprintf("plans[%d].quotas", i), s.plans[i]
+		if p == nil {
+			if len(pl.Quotas) > 0 {
+				return fmt.Errorf("%s: the plan is unlimited, its quotas would limit nothing: set average, or no quotas", field)
+			}
+			continue
+		}
+		qs := pl.Quotas
+		if qs == nil {
+			field, qs = "quotas", cfg.Quotas // the top level's, charged as the plan
+		}
+		if s.planQuotas[i], err = compileQuotas(field, qs, p, "", 0, false, false, base); err != nil {
+			return err
+		}
+		for _, q := range s.planQuotas[i] {
+			taken[q.name] = true
+		}
+	}
+	s.ruleQuotas = make([][]*policy, len(s.rules))
+	for i, r := range s.rules {
+		if s.ruleQuotas[i], err = compileQuotas(fmt.Sprintf("rules[%d].quotas", i), cfg.Rules[i].Quotas, r, r.keySuffix, 0, false, false, taken); err != nil {
+			return err
+		}
+		for _, q := range s.ruleQuotas[i] {
+			taken[q.name] = true
+		}
+	}
+	return nil
+}
+
+// withQuotas returns p followed by its quotas (qs[i] of p at i, or the
+// top level's when p is the top level).
+func (s *settings) withQuotas(p *policy, qs [][]*policy, i int) []*policy {
+	ps := []*policy{p}
+	if qs != nil {
+		ps = append(ps, qs[i]...)
+	}
+	return ps
+}
+
+// hasAnyQuota reports whether cfg sets a quota anywhere.
+func hasAnyQuota(cfg *Config) bool {
+	n := len(cfg.Quotas)
+	for _, p := range cfg.Plans {
+		n += len(p.Quotas)
+	}
+	for _, r := range cfg.Rules {
+		n += len(r.Quotas)
+	}
+	return n > 0
+}
+
+// hasQuotas reports whether s has a quota.
+func (s *settings) hasQuotas() bool {
+	for _, p := range s.policies() {
+		if p.quota != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// policies returns every policy of s: the rules, the top level, the
+// plans, and their quotas.
+func (s *settings) policies() []*policy {
+	var out []*policy
+	for i, p := range s.rules {
+		out = append(out, s.withQuotas(p, s.ruleQuotas, i)...)
+	}
+	out = append(out, s.topPolicies()...)
+	for i, p := range s.plans {
+		if p != nil {
+			out = append(out, s.withQuotas(p, s.planQuotas, i)...)
+		}
+	}
+	return out
+}
+
+// topPolicies is the set of a request with no plan and no rule: the
+// top-level rate and its quotas, or nil.
+func (s *settings) topPolicies() []*policy {
+	var ps []*policy
+	if s.top != nil {
+		ps = append(ps, s.top)
+	}
+	ps = append(ps, s.topQuotas...)
+	if len(ps) == 0 {
+		return nil
+	}
+	return ps
+}
+
+// compileResponseCosts compiles the response costs of the top level, the
+// plans (unset: the top level's) and the rules onto their policies and
+// those policies' quotas.
+func compileResponseCosts(cfg *Config, s *settings) error {
+	top, err := compileResponseCost("responseCost", cfg.ResponseCost)
+	if err != nil {
+		return err
+	}
+	set := func(shape *costShape, ps []*policy) {
+		for _, p := range ps {
+			p.respCost = shape
+		}
+	}
+	set(top, s.topPolicies())
+	for i, pl := range cfg.Plans {
+		shape := top
+		if pl.ResponseCost != nil {
+			if shape, err = compileResponseCost(fmt.Sprintf("plans[%d].responseCost", i), pl.ResponseCost); err != nil {
+				return err
+			}
+		}
+		if p := s.plans[i]; p != nil {
+			set(shape, s.withQuotas(p, s.planQuotas, i))
+		}
+	}
+	for i, r := range cfg.Rules {
+		shape, err := compileResponseCost(fmt.Sprintf("rules[%d].responseCost", i), r.ResponseCost)
+		if err != nil {
+			return err
+		}
+		set(shape, s.withQuotas(s.rules[i], s.ruleQuotas, i))
+	}
+	if s.costed() && (s.shards > 1 || cfg.Region != nil) {
+		return fmt.Errorf("responseCost: not with shards or regions (a response's charge goes to the client's whole bucket in one Redis)")
+	}
+	return nil
+}
+
+// costed reports whether some policy of s reads a response cost.
+func (s *settings) costed() bool {
+	for _, p := range s.policies() {
+		if p.respCost != nil {
+			return true
+		}
+	}
+	return false
 }

@@ -394,3 +394,20 @@ func (s *settings) shardKey(key string) string {
 	}
 	return key[:len(key)-1] + ":" + n + "}"
 }
+
+// localQuotas fills in what the local fallback left of the quotas of set
+// in d: a quota is not counted without Redis, so its item shows the limit
+// and the time to its window's end (the pod's clock).
+func localQuotas(set *policySet, d []int64) {
+	now := quotaNow()
+	us := now.UnixMicro() - epochUS
+	for i, p := range set.ps {
+		if p.quota == nil {
+			continue
+		}
+		b := p.quota.window(now)
+		d[1+3*i] = p.quota.limit
+		d[2+3*i] = 0
+		d[3+3*i] = (b[2] - us + 999) / 1000
+	}
+}

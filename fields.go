@@ -144,3 +144,25 @@ func printable(s string) bool {
 	}
 	return true
 }
+
+// reservedHeaders are the response headers decisionHeader may not name
+// (canonical): what frames or routes the message, sets cookies, governs
+// caches or authentication, and the headers Tollgate itself sends.
+var reservedHeaders = map[string]bool{
+	"Content-Length": true, "Content-Type": true, "Content-Encoding": true, "Content-Range": true,
+	"Content-Location": true, "Content-Disposition": true, "Content-Security-Policy": true,
+	"Transfer-Encoding": true, "Connection": true, "Keep-Alive": true, "Upgrade": true, "Trailer": true, "Te": true,
+	"Proxy-Connection": true, "Location": true, "Host": true, "Date": true, "Server": true, "Alt-Svc": true,
+	"Set-Cookie": true, "Set-Cookie2": true, "Cookie": true,
+	"Cache-Control": true, "Expires": true, "Age": true, "Vary": true, "Etag": true, "Last-Modified": true, "Pragma": true,
+	"Www-Authenticate": true, "Authorization": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Strict-Transport-Security": true, "Accept-Ranges": true, "Allow": true,
+	"Retry-After": true, "Ratelimit": true, "Ratelimit-Policy": true,
+}
+
+// reservedHeader reports whether the canonical header name h has a meaning
+// in HTTP or is one Tollgate sends (reservedHeaders, X-Ratelimit-*,
+// Access-Control-*).
+func reservedHeader(h string) bool {
+	return reservedHeaders[h] || strings.HasPrefix(h, "X-Ratelimit-") || strings.HasPrefix(h, "Access-Control-")
+}

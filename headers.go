@@ -177,3 +177,13 @@ func writeUnavailable(rw http.ResponseWriter, set *policySet, retry int64) {
 	detail := "rate limit store unavailable and " + strings.Join(names, ", ") + " fails closed; retry after " + strconv.FormatInt(retry, 10) + " s"
 	writeProblem(rw, http.StatusServiceUnavailable, problemCapacity, "Service Unavailable", detail, names, retry)
 }
+
+// quotaSecs is the length of p's current window in seconds (a quota), or
+// its period's (a rate).
+func quotaSecs(p *policy) int64 {
+	if p.quota == nil {
+		return p.periodSecs
+	}
+	b := p.quota.window(quotaNow())
+	return windowSeconds(b[1], b[2])
+}

@@ -193,3 +193,61 @@ func (p *policy) matches(req *http.Request) bool {
 	}
 	return false
 }
+
+// compileQuotas compiles the quotas of one owner (field: "quotas",
+// "plans[i].quotas", "rules[i].quotas"): each a policy charged with the
+// owner's cost, failure mode, shadow and client identity, its key the
+// client's plus suffix (a rule's own: "" for the top level and plans)
+// and its name; owner nil is the top level without a rate (cost,
+// failClosed, shadow given). names holds the names taken (class, rules,
+// plans): a quota may take none of them, nor one of its owner's.
+func compileQuotas(field string, qs []Quota, owner *policy, suffix string, cost int64, failClosed, shadow bool, names map[string]bool) ([]*policy, error) {
+	if len(qs) > maxQuotas {
+		return nil, fmt.Errorf("%s: %d quotas, at most %d are allowed", field, len(qs), maxQuotas)
+	}
+	var source *sourceCriterion
+	if owner != nil {
+		cost, failClosed, shadow = int64(owner.lim.cost), owner.failClosed, owner.shadow
+		source = owner.source
+	}
+	own := map[string]bool{}
+	var out []*policy
+	for i, q := range qs {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if err := checkName(f+".name", q.Name); err != nil {
+			return nil, err
+		}
+		if names[q.Name] || own[q.Name] || owner != nil && owner.name == q.Name {
+			return nil, fmt.Errorf("%s.name: %q is used twice (quotas, plans, rules and the class share one namespace)", f, q.Name)
+		}
+		own[q.Name] = true
+		if q.Limit <= 0 || q.Limit > maxQuotaLimit {
+			return nil, fmt.Errorf("%s.limit: %d must be from 1 to %d", f, q.Limit, int64(maxQuotaLimit))
+		}
+		if q.Limit < cost {
+			return nil, fmt.Errorf("%s.limit: %d is less than the cost %d: no request could ever pass", f, q.Limit, cost)
+		}
+		kind, err := parseWindow(f+".window", q.Window)
+		if err != nil {
+			return nil, err
+		}
+		loc, err := loadZone(f+".timezone", q.Timezone)
+		if err != nil {
+			return nil, err
+		}
+		p := &policy{
+			name:       q.Name,
+			keySuffix:  suffix + ":" + q.Name,
+			lim:        limit{interval: 1e-3, burst: float64(q.Limit), cost: float64(cost)},
+			average:    q.Limit,
+			periodSecs: 1,
+			failClosed: failClosed,
+			shadow:     shadow,
+			source:     source,
+			quota:      &quotaShape{limit: q.Limit, kind: kind, loc: loc},
+		}
+		p.shard = p.lim
+		out = append(out, p)
+	}
+	return out, nil
+}

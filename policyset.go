@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
@@ -238,4 +239,50 @@ func policyHeader(ps []*policy) string {
 // policyItem is p's item in RateLimit-Policy, its window w seconds long.
 func policyItem(p *policy, w int64) string {
 	return `"` + p.name + `";q=` + strconv.FormatInt(p.average, 10) + ";w=" + strconv.FormatInt(w, 10)
+}
+
+// quotaView is what a set with quotas calls and declares until one of its
+// windows rolls over (until, µs since epochUS on the quotas' clock).
+type quotaView struct {
+	cmd          *redis.Command
+	policyHeader string
+	until        int64
+}
+
+// quotaCall returns the view of s, a set with quotas, now.
+func quotaCall(s *policySet) *quotaView {
+	now := quotaNow()
+	us := now.UnixMicro() - epochUS
+	s.quotaMu.Lock()
+	defer s.quotaMu.Unlock()
+	if s.quotaV == nil || us >= s.quotaV.until {
+		s.quotaV = quotaViewAt(s, now)
+	}
+	return s.quotaV
+}
+
+// quotaViewAt prepares the call and the RateLimit-Policy of s at now.
+func quotaViewAt(s *policySet, now time.Time) *quotaView {
+	v := &quotaView{until: -1}
+	parts := commandParts(s.ps, s.keyLen)
+	items := make([]string, len(s.ps))
+	for i, p := range s.ps {
+		if p.quota == nil {
+			items[i] = policyItem(p, p.periodSecs)
+			continue
+		}
+		b := p.quota.window(now)
+		parts.args[3*i+1] = strconv.FormatInt(b[0], 10) + " " + strconv.FormatInt(b[1], 10) + " " +
+			strconv.FormatInt(b[2], 10) + " " + strconv.FormatInt(b[3], 10) + " " + strconv.FormatInt(quotaShiftUS, 10)
+		items[i] = policyItem(p, windowSeconds(b[1], b[2]))
+		if v.until < 0 || b[2] < v.until {
+			v.until = b[2]
+		}
+	}
+	v.cmd = redis.NewCommand(bucket, parts.lens, parts.suffixes, parts.args, checkDecision)
+	if s.ownKeys {
+		v.cmd = v.cmd.Whole()
+	}
+	v.policyHeader = strings.Join(items, ", ")
+	return v
 }

@@ -19,7 +19,6 @@ var (
 	bucket      = redis.NewScript(bucketScript)
 	leaseBucket = redis.NewScript(leaseScript)
 	giveBack    = redis.NewScript(giveBackScript)
-	chargeScr   = redis.NewScript(chargeScript)
 )
 
 // connect makes b's deployment for set (TLS files read now) and starts

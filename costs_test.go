@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -121,7 +122,8 @@ func TestResponseCostQueueBound(t *testing.T) {
 	p := h.top.ps[0]
 	key := clientKey(h.set.class, "h:flood") + p.keySuffix
 	for i := 0; i < maxCharges+7; i++ {
-		q.add(&charge{ps: h.top.ps, keys: []string{key}, amounts: []int64{1}})
+		q.add(&charge{keys: []string{key}, args: []string{strconv.FormatFloat(p.lim.interval, 'g', -1, 64), "25", "1"},
+			amounts: []int64{1}, ms: []*metrics.Policy{p.m}})
 	}
 	if d := atomic.LoadInt64(&p.m.CostDropped); d != 7 {
 		t.Errorf("%d dropped, want the 7 past the bound (%d)", d, maxCharges)

@@ -4,9 +4,9 @@ package tollgate
 // cost, known once the backend has answered (an LLM's tokens), charged to
 // the buckets and quotas that admitted it.
 //
-// After next returns, the backend's header (one line, a decimal integer
-// from 0 to max) less the cost the check already charged is queued on the
-// backend's charge queue; a goroutine of the queue's, running while it
+// After next returns (chargeResponse, answer.go), the backend's header
+// (one line, a decimal integer from 0 to max) less the cost the check
+// already charged is queued on the backend's charge queue; a goroutine of the queue's, running while it
 // holds charges, sends them in batches: one script call for up to
 // maxChargeBatch charges (one per charge and bucket in a Cluster, whose
 // calls' keys share a slot). A bucket may go into debt (chargeScript): its
@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
@@ -71,92 +72,14 @@ func responseCost(h http.Header, shape *costShape) (int64, bool) {
 	return n, true
 }
 
-// compileResponseCosts compiles the response costs of the top level, the
-// plans (unset: the top level's) and the rules onto their policies and
-// those policies' quotas.
-func compileResponseCosts(cfg *Config, s *settings) error {
-	top, err := compileResponseCost("responseCost", cfg.ResponseCost)
-	if err != nil {
-		return err
-	}
-	set := func(shape *costShape, ps []*policy) {
-		for _, p := range ps {
-			p.respCost = shape
-		}
-	}
-	set(top, s.topPolicies())
-	for i, pl := range cfg.Plans {
-		shape := top
-		if pl.ResponseCost != nil {
-			if shape, err = compileResponseCost(fmt.Sprintf("plans[%d].responseCost", i), pl.ResponseCost); err != nil {
-				return err
-			}
-		}
-		if p := s.plans[i]; p != nil {
-			set(shape, s.withQuotas(p, s.planQuotas, i))
-		}
-	}
-	for i, r := range cfg.Rules {
-		shape, err := compileResponseCost(fmt.Sprintf("rules[%d].responseCost", i), r.ResponseCost)
-		if err != nil {
-			return err
-		}
-		set(shape, s.withQuotas(s.rules[i], s.ruleQuotas, i))
-	}
-	if s.costed() && (s.shards > 1 || cfg.Region != nil) {
-		return fmt.Errorf("responseCost: not with shards or regions (a response's charge goes to the client's whole bucket in one Redis)")
-	}
-	return nil
-}
-
-// costed reports whether some policy of s reads a response cost.
-func (s *settings) costed() bool {
-	for _, p := range s.policies() {
-		if p.respCost != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// chargeResponse charges what the response says the admitted request
-// cost, beyond the cost already charged, to each policy of set whose
-// owner reads a response cost (after next).
-func (t *Tollgate) chargeResponse(rw http.ResponseWriter, req *http.Request, set *policySet) {
-	h := rw.Header()
-	var amounts []int64
-	for i, p := range set.ps {
-		if p.respCost == nil {
-			continue
-		}
-		n, ok := responseCost(h, p.respCost)
-		if !ok {
-			atomic.AddInt64(&p.m.CostInvalid, 1)
-			continue
-		}
-		if extra := n - int64(p.lim.cost); extra > 0 {
-			if amounts == nil {
-				amounts = make([]int64, len(set.ps))
-			}
-			amounts[i] = extra
-		}
-	}
-	if amounts == nil {
-		return
-	}
-	key := clientKey(t.set.class, t.set.source.identity(req))
-	keys := clientKeys(t, set, req, key)
-	for i, p := range set.ps {
-		keys[i] += p.keySuffix
-	}
-	chargesOf(t.be).add(&charge{ps: set.ps, keys: keys, amounts: amounts})
-}
-
-// charge is one response's charge: for each policy (amount > 0), its key.
+// charge is one response's charge: each charged key, its triple as the
+// scripts read them (the amount as its cost), the amount, and the
+// policy's counters.
 type charge struct {
-	ps      []*policy
 	keys    []string
+	args    []string // 3 per key
 	amounts []int64
+	ms      []*metrics.Policy
 }
 
 // maxCharges bounds a backend's queue; maxChargeBatch a call's charges.
@@ -173,16 +96,6 @@ type chargeQueue struct {
 	mu      sync.Mutex
 	queue   []*charge
 	running bool // send runs
-}
-
-// chargesOf returns b's charge queue, made on first use.
-func chargesOf(b *backend) *chargeQueue {
-	b.leasesMu.Lock()
-	defer b.leasesMu.Unlock()
-	if b.charges == nil {
-		b.charges = &chargeQueue{rc: b.rc}
-	}
-	return b.charges
 }
 
 // add queues c, or drops it (counted) when the queue is full, and starts
@@ -240,8 +153,8 @@ func (q *chargeQueue) sendBatch(batch []*charge) {
 	}
 	for _, c := range batch {
 		res := 0
-		for i, a := range c.amounts {
-			if a > 0 && q.rc.Check(chargeCommand([]*charge{c}, i), c.keys[i], d, chargeTimeout) != nil {
+		for i, k := range c.keys {
+			if q.rc.Check(chargeCommand([]*charge{c}, i), k, d, chargeTimeout) != nil {
 				res = 1
 			}
 		}
@@ -252,14 +165,10 @@ func (q *chargeQueue) sendBatch(batch []*charge) {
 // countCharge counts c under each policy it charges: 0 charged, 1 failed,
 // 2 dropped.
 func countCharge(c *charge, res int) {
-	for i, a := range c.amounts {
-		if a <= 0 {
-			continue
-		}
-		m := c.ps[i].m
+	for i, m := range c.ms {
 		switch res {
 		case 0:
-			atomic.AddInt64(&m.CostCharged, a)
+			atomic.AddInt64(&m.CostCharged, c.amounts[i])
 		case 1:
 			atomic.AddInt64(&m.CostFailed, 1)
 		default:
@@ -268,43 +177,23 @@ func countCharge(c *charge, res int) {
 	}
 }
 
-// chargeCommand is chargeScript's call for batch (only policy "only" of
-// its one charge when only >= 0: that key routes the call, written after
-// the prefix; else every key written whole).
+// chargeCommand is chargeScript's call for batch: every key written
+// whole, or (only >= 0) key "only" of the batch's one charge alone, the
+// call's routing key, written before an empty suffix.
 func chargeCommand(batch []*charge, only int) *redis.Command {
-	now := quotaNow()
 	var lens []int
 	var keys, args []string
 	for _, c := range batch {
-		var m int
-		head := len(args)
-		args = append(args, "")
-		for i, p := range c.ps {
-			if c.amounts[i] <= 0 || only >= 0 && i != only {
-				continue
-			}
-			m++
-			if only >= 0 {
-				lens, keys = append(lens, len(c.keys[i])), append(keys, "")
-			} else {
-				lens, keys = append(lens, 0), append(keys, c.keys[i])
-			}
-			amount := strconv.FormatInt(c.amounts[i], 10)
-			if p.quota != nil {
-				args = append(args, strconv.FormatInt(-p.quota.limit, 10), windowsArg(p.quota.window(now)), amount)
-			} else {
-				args = append(args, strconv.FormatFloat(p.lim.interval, 'g', -1, 64), strconv.FormatFloat(p.lim.burst, 'g', -1, 64), amount)
-			}
+		if only >= 0 {
+			return redis.NewCommand(chargeScr, []int{len(c.keys[only])}, []string{""}, append([]string{"1"}, c.args[3*only:3*only+3]...), nil)
 		}
-		args[head] = strconv.Itoa(m)
+		args = append(args, strconv.Itoa(len(c.keys)))
+		args = append(args, c.args...)
+		for _, k := range c.keys {
+			lens, keys = append(lens, 0), append(keys, k)
+		}
 	}
 	return redis.NewCommand(chargeScr, lens, keys, args, nil)
-}
-
-// windowsArg is a quota's windows as the scripts read them (quota.go).
-func windowsArg(b []int64) string {
-	return strconv.FormatInt(b[0], 10) + " " + strconv.FormatInt(b[1], 10) + " " +
-		strconv.FormatInt(b[2], 10) + " " + strconv.FormatInt(b[3], 10) + " " + strconv.FormatInt(quotaShiftUS, 10)
 }
 
 // chargeScript charges response costs.
@@ -319,6 +208,9 @@ func windowsArg(b []int64) string {
 // check keeps the debt rather than take it for a clock stepped back. A
 // quota's counter (of the window that holds TIME) grows by the amount. A
 // key of another type is skipped.
+// chargeScr is chargeScript's prepared form.
+var chargeScr = redis.NewScript(chargeScript)
+
 const chargeScript = `
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
