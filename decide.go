@@ -400,7 +400,7 @@ func (s *settings) shardKey(key string) string {
 // and the time to its window's end (the pod's clock).
 func localQuotas(set *policySet, d []int64) {
 	now := quotaNow()
-	us := now.UnixMicro() - epochUS
+	us := quotaUS(now)
 	for i, p := range set.ps {
 		if p.quota == nil {
 			continue

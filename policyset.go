@@ -252,7 +252,7 @@ type quotaView struct {
 // quotaCall returns the view of s, a set with quotas, now.
 func quotaCall(s *policySet) *quotaView {
 	now := quotaNow()
-	us := now.UnixMicro() - epochUS
+	us := quotaUS(now)
 	s.quotaMu.Lock()
 	defer s.quotaMu.Unlock()
 	if s.quotaV == nil || us >= s.quotaV.until {

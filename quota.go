@@ -50,7 +50,7 @@ func quotaNow() time.Time {
 // window returns the bounds of the windows around now (windowBounds),
 // computed again only when now has left the current one.
 func (q *quotaShape) window(now time.Time) []int64 {
-	us := now.UnixMicro() - epochUS
+	us := quotaUS(now)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.bounds == nil || us < q.bounds[1] || us >= q.bounds[2] {
@@ -65,3 +65,6 @@ func windowsArg(b []int64) string {
 	return strconv.FormatInt(b[0], 10) + " " + strconv.FormatInt(b[1], 10) + " " +
 		strconv.FormatInt(b[2], 10) + " " + strconv.FormatInt(b[3], 10) + " " + strconv.FormatInt(quotaShiftUS, 10)
 }
+
+// quotaUS is now in µs since epochUS, as the scripts count time.
+func quotaUS(now time.Time) int64 { return now.UnixMicro() - epochUS }

@@ -36,7 +36,7 @@ func atShift(t *testing.T, at time.Time) {
 // secondsTo is the whole seconds from now to end (µs since epochUS),
 // rounded up.
 func secondsTo(end int64) int64 {
-	return secondsLeft(quotaNow().UnixMicro()-epochUS, end)
+	return secondsLeft(quotaUS(quotaNow()), end)
 }
 
 func TestQuotaRefusesPastItsLimitUntilTheWindowEnds(t *testing.T) {
