@@ -52,7 +52,7 @@ const maxZoneName = 64
 // loadZone returns the IANA zone name ("" or "UTC": UTC). The name is
 // checked before the time package sees it, so that it can only name a
 // file under the tz database: letters, digits, "_", "+", "-" and "/"
-// between names, and never "Local" (the pod's own zone would make a
+// between names (no ".", so no ".."), and never "Local" (the pod's own zone would make a
 // limit depend on the pod).
 func loadZone(field, name string) (*time.Location, error) {
 	if name == "" || name == "UTC" {
@@ -63,15 +63,15 @@ func loadZone(field, name string) (*time.Location, error) {
 	}
 	loc, err := time.LoadLocation(name)
 	if err != nil {
-		return nil, fmt.Errorf("%s: loading time zone %q: %w (the pod needs the IANA tz database: /usr/share/zoneinfo, e.g. the tzdata package, or ZONEINFO naming a zoneinfo.zip)", field, name, err)
+		return nil, fmt.Errorf("%s: loading time zone %q: %w (check the name, and that the pod has the IANA tz database: /usr/share/zoneinfo, e.g. the tzdata package, or ZONEINFO naming a zoneinfo.zip)", field, name, err)
 	}
 	return loc, nil
 }
 
 // zoneNameOK reports whether name is shaped like an IANA zone name.
 func zoneNameOK(name string) bool {
-	if len(name) > maxZoneName || name == "Local" || name[0] == '/' || name[0] == '.' ||
-		name[len(name)-1] == '/' || strings.Contains(name, "..") || strings.Contains(name, "//") {
+	if len(name) > maxZoneName || name == "Local" || name[0] == '/' || name[len(name)-1] == '/' ||
+		strings.Contains(name, "//") {
 		return false
 	}
 	for i := 0; i < len(name); i++ {
