@@ -175,8 +175,7 @@ func checkWindow(t *testing.T, name string, kind int, loc *time.Location, now ti
 		t.Fatalf("%s kind %d at %s: the next window's bounds %s %s %s, want %s %s %s", name, kind, showUS(n),
 			showUS(c[0]), showUS(c[1]), showUS(c[2]), showUS(b[1]), showUS(b[2]), showUS(b[3]))
 	}
-	// The current window starts at a local boundary: a whole hour for
-	// hours; a new date, early in it, for the others.
+	// It starts at a whole hour, or early in a new date (week: Monday; month: the 1st).
 	local, before := first.In(loc), first.Add(-time.Second).In(loc)
 	ok := local.Minute() == 0 && local.Second() == 0
 	if kind != windowHour {
