@@ -51,15 +51,7 @@ func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
 			ph = quotaCall(set).policyHeader
 		}
 		h.Set("RateLimit-Policy", ph)
-		items := make([]string, len(set.ps))
-		for i, p := range set.ps {
-			t := d[2+3*i] // a rate's: until a request fits; a quota's: until its window ends
-			if p.quota != nil {
-				t = d[3+3*i]
-			}
-			items[i] = set.quoted[i] + ";r=" + strconv.FormatInt(d[1+3*i], 10) + ";t=" + strconv.FormatInt(ceilSecs(t), 10)
-		}
-		h.Set("RateLimit", strings.Join(items, ", "))
+		h.Set("RateLimit", rateLimitValue(set, d))
 	}
 	if mode&(headersLegacy|headersDraft07) == 0 {
 		return
@@ -89,6 +81,23 @@ func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
 		h.Set("RateLimit-Policy", limit+";w="+strconv.FormatInt(quotaSecs(p), 10)+burst)
 		h.Set("RateLimit", "limit="+limit+", remaining="+remaining+", reset="+reset)
 	}
+}
+
+// rateLimitValue is the RateLimit value of decision d over set.
+func rateLimitValue(set *policySet, d []int64) string {
+	b := make([]byte, 0, 32*len(set.ps))
+	for i, p := range set.ps {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		t := d[2+3*i] // a rate's: until a request fits; a quota's: until its window ends
+		if p.quota != nil {
+			t = d[3+3*i]
+		}
+		b = strconv.AppendInt(append(append(b, set.quoted[i]...), ";r="...), d[1+3*i], 10)
+		b = strconv.AppendInt(append(b, ";t="...), ceilSecs(t), 10)
+	}
+	return string(b)
 }
 
 // writeProblem answers with an RFC 9457 problem (see problem).

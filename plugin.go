@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
@@ -153,7 +154,11 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 // IETF headers or none, the client's key (its header identity's, or ""
 // for any other) and its refusal in the deny cache, r.
 func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key string, r int) {
-	top := t.top          // one selector: under Yaegi each is a value of the frame
+	top := t.top // one selector: under Yaegi each is a value of the frame
+	if top.quotas {
+		serveQuotas(t, rw, req, key, r)
+		return
+	}
 	d := make([]int64, 4) // decisionLen(1)
 	how := decidedRedis
 	// decideKey's common case inlined (a frame fewer: 0.9 KB under Yaegi).
@@ -180,6 +185,70 @@ func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key stri
 	if top.policyValue != nil {
 		h[hdrPolicy] = top.policyValue
 		h[hdrRateLimit] = []string{top.rPrefix + strconv.FormatInt(d[1], 10) + ";t=" + strconv.FormatInt((d[2]+999)/1000, 10)}
+	}
+	if t.set.decision != "" {
+		h[t.set.decision] = decisionValues[how]
+	}
+	t.next.ServeHTTP(rw, req)
+}
+
+// serveQuotas is servePlain for a rate and its calendar quotas (or quotas
+// alone): the call of the windows now (quotaCall), and RateLimit's items
+// built in one pass. An admission counted under another policy than the
+// first (one with less of its limit left) goes through answer.
+func serveQuotas(t *Tollgate, rw http.ResponseWriter, req *http.Request, key string, r int) {
+	top := t.top
+	var v *quotaView
+	if int64(time.Since(processStart))+monoOrigin < atomic.LoadInt64(&top.quotaUntil) { // quotaCall, inlined
+		v = top.quotaV.Load().(*quotaView)
+	} else {
+		v = quotaRoll(top)
+	}
+	d := make([]int64, top.decisionLen)
+	how := decidedRedis
+	if key == "" {
+		how = decideAny(t, top, req, rw, d)
+	} else if r == inForce || t.notes != nil {
+		how = decideKey(t, top, key, r, d)
+	} else if redisCheck(t.be, v.cmd, key, d, &t.set.redis, t.hb) != nil {
+		how = fallback(t, top, key, d)
+	} else if d[0] != 1 {
+		top.denied.remember(key, d)
+	}
+	if how > decidedLease || d[0] != 1 {
+		if how != decidedAnswered {
+			t.answer(rw, req, top, d, how)
+		}
+		return
+	}
+	// count's admission, inlined: under the policy with the least of its
+	// limit left (decider), near the limit through answer; and the
+	// RateLimit items (rateLimitValue) in the same pass.
+	j := 0
+	b := make([]byte, 0, 64)
+	for i, p := range top.ps {
+		if 5*d[1+3*i] < int64(p.lim.burst) {
+			t.answer(rw, req, top, d, how)
+			return
+		}
+		if float64(d[1+3*i])/p.lim.burst < float64(d[1+3*j])/top.ps[j].lim.burst {
+			j = i
+		}
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		w := d[2+3*i]
+		if p.quota != nil {
+			w = d[3+3*i]
+		}
+		b = strconv.AppendInt(append(append(b, top.quoted[i]...), ";r="...), d[1+3*i], 10)
+		b = strconv.AppendInt(append(b, ";t="...), (w+999)/1000, 10)
+	}
+	atomic.AddInt64(&top.ps[j].m.N[how*metrics.NResults+metrics.Allowed], 1)
+	h := rw.Header()
+	if t.set.headers != 0 {
+		h[hdrPolicy] = v.policyValue
+		h[hdrRateLimit] = []string{string(b)}
 	}
 	if t.set.decision != "" {
 		h[t.set.decision] = decisionValues[how]

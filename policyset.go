@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/metrics"
@@ -47,11 +48,12 @@ type policySet struct {
 	// Calendar quotas (quota.go): quotas when some policy is one; its
 	// call and RateLimit-Policy are then quotaV's (quotaCall), made
 	// again, for keys of keyLen bytes, when a window rolls over.
-	quotas  bool
-	costed  bool // some policy reads a response cost (charge.go)
-	keyLen  int
-	quotaMu sync.Mutex
-	quotaV  *quotaView
+	quotas     bool
+	costed     bool // some policy reads a response cost (costs.go)
+	keyLen     int
+	quotaMu    sync.Mutex   // held to make a view
+	quotaV     atomic.Value // *quotaView
+	quotaUntil int64        // monotonic ns: quotaV's end (atomic)
 
 	// Shadow policies (Config.Shadow): shadow when some policy is one;
 	// enforce is the set of the others (nil when none), charged on their
@@ -103,7 +105,7 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 	}
 	if s.quotas {
 		s.keyLen = keyLen
-		s.quotaV = quotaViewAt(s, quotaNow())
+		quotaRoll(s)
 	}
 	m := ps[0].m
 	s.admitted = [3]*int64{&m.N[metrics.ByRedis*metrics.NResults+metrics.Allowed], &m.N[metrics.ByLocal*metrics.NResults+metrics.Allowed],
@@ -126,8 +128,9 @@ func withHeaders(s *policySet, headers int) *policySet {
 	if s.enforce != nil {
 		withHeaders(s.enforce, headers)
 	}
-	s.plain = !s.quotas && !s.costed && (headers == 0 || headers == headersIETF && len(s.ps) == 1)
-	if s.plain && headers == headersIETF {
+	// A rate and its quotas: plain too (serveQuotas).
+	s.plain = !s.costed && (headers == 0 || headers == headersIETF) && (len(s.ps) == 1 && !s.quotas || quotasAfter(s.ps))
+	if s.plain && headers == headersIETF && !s.quotas {
 		s.policyValue = []string{s.policyHeader}
 		s.rPrefix = s.quoted[0] + ";r="
 	}
@@ -227,6 +230,17 @@ func withGroups(s *policySet, keyLen int) {
 	}
 }
 
+// quotasAfter reports whether ps is one policy and its quotas, or
+// quotas alone.
+func quotasAfter(ps []*policy) bool {
+	for i, p := range ps {
+		if i > 0 && p.quota == nil {
+			return false
+		}
+	}
+	return true
+}
+
 // policyHeader is the RateLimit-Policy value of ps.
 func policyHeader(ps []*policy) string {
 	items := make([]string, len(ps))
@@ -246,19 +260,35 @@ func policyItem(p *policy, w int64) string {
 type quotaView struct {
 	cmd          *redis.Command
 	policyHeader string
+	policyValue  []string // policyHeader, for a header map's assignment
 	until        int64
 }
 
-// quotaCall returns the view of s, a set with quotas, now.
+// quotaCall returns the view of s, a set with quotas, now: read without a
+// lock until the monotonic clock passes the view's end (quotaUntil), then
+// made again under quotaMu. (The view's end on the monotonic clock: a wall
+// clock stepped meanwhile moves it by the step, and the script picks the
+// window on Redis's TIME whatever the view.)
 func quotaCall(s *policySet) *quotaView {
-	now := quotaNow()
-	us := quotaUS(now)
+	if int64(time.Since(processStart))+monoOrigin < atomic.LoadInt64(&s.quotaUntil) { // clock.Mono(), inlined
+		return s.quotaV.Load().(*quotaView)
+	}
+	return quotaRoll(s)
+}
+
+// quotaRoll is quotaCall when a window may have rolled over.
+func quotaRoll(s *policySet) *quotaView {
 	s.quotaMu.Lock()
 	defer s.quotaMu.Unlock()
-	if s.quotaV == nil || us >= s.quotaV.until {
-		s.quotaV = quotaViewAt(s, now)
+	now := quotaNow()
+	us := quotaUS(now)
+	v, _ := s.quotaV.Load().(*quotaView)
+	if v == nil || us >= v.until {
+		v = quotaViewAt(s, now)
+		s.quotaV.Store(v)
 	}
-	return s.quotaV
+	atomic.StoreInt64(&s.quotaUntil, int64(time.Since(processStart))+monoOrigin+(v.until-us)*1000)
+	return v
 }
 
 // quotaViewAt prepares the call and the RateLimit-Policy of s at now.
@@ -284,5 +314,6 @@ func quotaViewAt(s *policySet, now time.Time) *quotaView {
 		v.cmd = v.cmd.Whole()
 	}
 	v.policyHeader = strings.Join(items, ", ")
+	v.policyValue = []string{v.policyHeader}
 	return v
 }

@@ -290,3 +290,21 @@ func TestQuotaRefusalsCountedUnderTheQuota(t *testing.T) {
 		t.Errorf("refusals: %d under the quota, %d under the rate; want 2 and 0", limited(quota), limited(rate))
 	}
 }
+
+func TestQuotaAdmissionsCountedUnderTheLeastLeft(t *testing.T) {
+	addr := redistest.Start(t)
+	h := quotaHandler(t, addr, []Quota{{Name: "hourly", Limit: 10, Window: "hour"}}, func(c *Config) { c.Class = "quota-admitted" })
+	if !h.plain {
+		t.Fatal("a rate and its quota: not ServeHTTP's plain path")
+	}
+	rate, quota := h.top.ps[0].m, h.top.ps[1].m
+	allowed := func(m *metrics.Policy) int64 { return m.N[metrics.ByRedis*metrics.NResults+metrics.Allowed] }
+	sendAll(h, "k", 3) // the rate keeps 97 of 100, the quota 7 of 10: counted under the quota
+	if allowed(quota) != 3 || allowed(rate) != 0 || quota.Near != 0 {
+		t.Errorf("3 admitted: %d under the quota, %d under the rate, %d near; want 3, 0, 0", allowed(quota), allowed(rate), quota.Near)
+	}
+	sendAll(h, "k", 6) // the 9th leaves 1 of 10: near the limit (less than a fifth)
+	if allowed(quota) != 9 || quota.Near != 1 {
+		t.Errorf("9 admitted: %d under the quota, %d near; want 9 and 1", allowed(quota), quota.Near)
+	}
+}

@@ -46,6 +46,7 @@ var stages = []stage{
 	{name: "ProbeDecode", what: "decode: the reply line"},
 	{name: "ProbeServeOpen", what: "ServeHTTP, breaker open: the local fallback (everything)", core: true},
 	{name: "ProbeServeRefused", what: "ServeHTTP, refused from the deny cache (429, no Redis call)", core: true},
+	{name: "ProbeServeQuota", what: "ServeHTTP, admitted by Redis, a rate and a monthly quota (one call)"},
 	{name: "ProbeServeLukewarm", what: "ServeHTTP, admitted by Redis in a leasing middleware (a client too slow to lease)"},
 	{name: "ProbeServeLeased", what: "ServeHTTP, admitted from the pod's lease (no Redis call)"},
 	{name: "ProbeServeRegion", what: "ServeHTTP, admitted by Redis, in one of two regions (the share read in the script)"},

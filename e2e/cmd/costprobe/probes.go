@@ -256,7 +256,25 @@ func ProbeStagesSetup() error {
 		return err
 	}
 	probeLW = h.(*Tollgate)
+	cfg = probeConfig(probeAddr)
+	cfg.Quotas = []Quota{{Name: "month", Limit: 1000000000000, Window: "month"}}
+	cfg.Redis.DB = 4
+	if h, err = New(context.Background(), probeNext, cfg, "probe-quota"); err != nil {
+		return err
+	}
+	probeQ = h.(*Tollgate)
 	return nil
+}
+
+// probeQ has a monthly quota beside the rate (nothing refused).
+var probeQ *Tollgate
+
+// ProbeServeQuota is ServeHTTP admitted by Redis, a rate and a calendar
+// quota charged in one call.
+func ProbeServeQuota(n int) {
+	for i := 0; i < n; i++ {
+		probeQ.ServeHTTP(probeRW, probeReq)
+	}
 }
 
 // probeLW leases, but its client is never hot: every request is Redis's.
