@@ -82,6 +82,9 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 				res.bytes[rt] = append(res.bytes[rt], perReq(w.redisBytes))
 				res.scripts[rt] = append(res.scripts[rt], perReq(w.redisScripts))
 			}
+			if rt == quota {
+				res.quotaOneScript = append(res.quotaOneScript, w.requests > 0 && oneScriptEach(w, b.conns))
+			}
 		} else {
 			res.rpsReject[rt] = append(res.rpsReject[rt], w.rps)
 			if w.requests > 0 && withRedis {

@@ -134,3 +134,23 @@ func TestAdmitOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestOneScriptEach: a run makes one script call per request when Redis
+// counted one per completed request and at most one per connection more;
+// a quota charged in a call of its own (two per request) is not.
+func TestOneScriptEach(t *testing.T) {
+	for _, c := range []struct {
+		requests, scripts int64
+		want              bool
+	}{
+		{1000, 1000, true},
+		{1000, 1064, true},
+		{1000, 1065, false},
+		{1000, 999, false},
+		{1000, 2000, false},
+	} {
+		if got := oneScriptEach(wrkResult{requests: c.requests, redisScripts: c.scripts}, 64); got != c.want {
+			t.Errorf("%d requests, %d script calls: %v, want %v", c.requests, c.scripts, got, c.want)
+		}
+	}
+}

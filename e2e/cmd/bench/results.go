@@ -82,8 +82,10 @@ type results struct {
 	hotVsRedis                      stat
 
 	// Calendar quotas (quota.go): Tollgate with a quota over without, each
-	// run's, in the admitted pass.
+	// run's, in the admitted pass; whether each run of it made one script
+	// call per request (oneScriptEach).
 	quotaVsTollgate stat
+	quotaOneScript  []bool
 }
 
 func newResults() *results {
