@@ -74,6 +74,7 @@ func quotaMarkdown(res *results, keys int) string {
 	row("Redis script calls per request", res.scripts, 3)
 	row("Redis commands per request, those inside the script included", res.cmds, 2)
 	row("Redis bytes in+out per request", res.bytes, 0)
+	row("Redis connections during saturation", res.conns64, 0)
 	row("Traefik heap allocated per request (KB)", res.allocKB[admitted], 2)
 	row("… added to no middleware (KB)", res.allocKBAdded[admitted], 2)
 	row("Traefik heap objects allocated per request", res.mallocs[admitted], 1)
