@@ -45,8 +45,8 @@ func admitOrder(rts []string, rep int) []string {
 	return withQuota(withLeased(rts, rep), rep)
 }
 
-// quotaRep records and prints rep's /quota over /tollgate, and whether
-// /quota's run made one script call per request.
+// quotaRep records rep's /quota over /tollgate and prints it, with
+// whether /quota's run made one script call per request.
 func quotaRep(res *results, rep int) {
 	r := res.rps[quota][rep-1] / res.rps["tollgate"][rep-1]
 	res.quotaVsTollgate = append(res.quotaVsTollgate, r)
