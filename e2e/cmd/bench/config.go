@@ -21,6 +21,7 @@ var labels = map[string]string{
 	"minimal":  "minimal plugin (1 round trip)",
 	"empty":    "empty interpreted middleware",
 	leased:     "Tollgate with leases",
+	quota:      "Tollgate with a quota",
 }
 
 // leased is the route of Tollgate with leases (leaseMax), configured as
@@ -106,11 +107,12 @@ var (
 
 // dynamicConf is the routers and their limiters, l's limits in each (the
 // empty middleware refuses all in rejectMost, else passes all); leasedAddr
-// is /leased's Redis; beforeAddr is the Redis of Tollgate at the earlier
-// revision ("": no such route), configured as Tollgate is.
-func dynamicConf(redisAddr, leasedAddr, beforeAddr string, l limits) map[string]interface{} {
+// is /leased's Redis, quotaAddr /quota's; beforeAddr is the Redis of
+// Tollgate at the earlier revision ("": no such route), configured as
+// Tollgate is.
+func dynamicConf(redisAddr, leasedAddr, quotaAddr, beforeAddr string, l limits) map[string]interface{} {
 	routers := map[string]interface{}{}
-	for _, r := range append(append([]string(nil), routes...), leased) {
+	for _, r := range append(append([]string(nil), routes...), leased, quota) {
 		rt := map[string]interface{}{"rule": "PathPrefix(`/" + r + "`)", "service": "backend", "entryPoints": []interface{}{"web"}}
 		if r != "none" {
 			rt["middlewares"] = []interface{}{r + "-limit"}
@@ -125,21 +127,23 @@ func dynamicConf(redisAddr, leasedAddr, beforeAddr string, l limits) map[string]
 		}
 		return map[string]interface{}{"rateLimit": m}
 	}
-	tollgate := func(plugin, addr string, lease bool) map[string]interface{} {
+	// tollgate is Tollgate's middleware on addr, with more options.
+	tollgate := func(plugin, addr string, more map[string]interface{}) map[string]interface{} {
 		m := map[string]interface{}{
 			"average": l.average, "period": l.period, "burst": l.burst, "sourceCriterion": source,
 			"redis": map[string]interface{}{"endpoints": []interface{}{addr}},
 		}
-		if lease {
-			m["lease"] = map[string]interface{}{"max": leaseMax}
+		for k, v := range more {
+			m[k] = v
 		}
 		return map[string]interface{}{"plugin": map[string]interface{}{plugin: m}}
 	}
 	middlewares := map[string]interface{}{
 		"inmem-limit":    rateLimit(false),
 		"redis-limit":    rateLimit(true),
-		"tollgate-limit": tollgate("tollgate", redisAddr, false),
-		"leased-limit":   tollgate("tollgate", leasedAddr, true),
+		"tollgate-limit": tollgate("tollgate", redisAddr, nil),
+		"leased-limit":   tollgate("tollgate", leasedAddr, map[string]interface{}{"lease": map[string]interface{}{"max": leaseMax}}),
+		"quota-limit":    tollgate("tollgate", quotaAddr, map[string]interface{}{"quotas": quotaConf()}),
 		"minimal-limit": map[string]interface{}{"plugin": map[string]interface{}{"minimal": map[string]interface{}{
 			"average": l.average, "period": l.period, "burst": l.burst, "redis": redisAddr,
 		}}},
@@ -148,7 +152,7 @@ func dynamicConf(redisAddr, leasedAddr, beforeAddr string, l limits) map[string]
 		}}},
 	}
 	if beforeAddr != "" {
-		middlewares["before-limit"] = tollgate(beforePlugin, beforeAddr, false)
+		middlewares["before-limit"] = tollgate(beforePlugin, beforeAddr, nil)
 	}
 	return map[string]interface{}{"http": map[string]interface{}{"routers": routers, "middlewares": middlewares}}
 }
@@ -157,6 +161,7 @@ type bench struct {
 	dir     string
 	redis   *e2e.Redis
 	leased  *e2e.Redis // Tollgate with leases' alone
+	quota   *e2e.Redis // Tollgate with a quota's alone
 	before  *e2e.Redis // Tollgate at the earlier revision's alone (nil without -before)
 	fleet   *e2e.Fleet
 	traefik *e2e.Traefik
@@ -169,16 +174,18 @@ type bench struct {
 	prof    []cpuSample // the profiles taken, in order
 }
 
-// redisOf is the Redis that route's limiter uses: the earlier revision's
-// and Tollgate with leases have one each, so that their keys, connections
-// and command counts (a lease's give-back after a run included) are their
-// own; the others share b.redis.
+// redisOf is the Redis that route's limiter uses: the earlier revision's,
+// Tollgate with leases and Tollgate with a quota have one each, so that
+// their keys, connections and command counts (a lease's give-back after a
+// run included) are their own; the others share b.redis.
 func (b *bench) redisOf(route string) *e2e.Redis {
 	switch route {
 	case "before":
 		return b.before
 	case leased:
 		return b.leased
+	case quota:
+		return b.quota
 	}
 	return b.redis
 }
@@ -188,12 +195,12 @@ func (b *bench) redisOf(route string) *e2e.Redis {
 // empty middleware refuses or passes as l says.
 func (b *bench) apply(l limits) error {
 	beforeAddr := ""
-	probes := []string{"/tollgate", "/" + leased, "/minimal", "/empty"}
+	probes := []string{"/tollgate", "/" + leased, "/" + quota, "/minimal", "/empty"}
 	if b.before != nil {
 		beforeAddr = b.before.Addr
 		probes = append(probes, "/before")
 	}
-	if err := b.fleet.WriteDynamic(dynamicConf(b.redis.Addr, b.leased.Addr, beforeAddr, l)); err != nil {
+	if err := b.fleet.WriteDynamic(dynamicConf(b.redis.Addr, b.leased.Addr, b.quota.Addr, beforeAddr, l)); err != nil {
 		return err
 	}
 	want := fmt.Sprintf(";q=%d;", l.average)

@@ -9,6 +9,10 @@
 //	/leased    Tollgate with leases (lease: {max: 50}), on a Redis of its
 //	           own; in the nothing-rejected saturation runs and the hot-key
 //	           load only (hot.go)
+//	/quota     Tollgate with a calendar quota (quotas: [{name: month,
+//	           limit: 10^12, window: month}], nothing refused), on a Redis
+//	           of its own; in the nothing-rejected saturation runs only
+//	           (quota.go)
 //	/minimal   the smallest limiter that makes one Redis round trip per
 //	           request (minimal/, a second local plugin, interpreted too):
 //	           what Tollgate costs above it is what its features cost
@@ -46,6 +50,9 @@
 //     throughput of Tollgate with leases, without, and Traefik's redis
 //     limiter, saturated as above, and each Tollgate's script calls per
 //     request; with leases over without on the -keys load too;
+//   - calendar quotas: Tollgate with a quota over without, each run's, in
+//     the nothing-rejected saturation runs, and its script calls and heap
+//     per request;
 //   - Redis memory per active key after -memkeys distinct keys through
 //     Traefik (INFO used_memory delta over DBSIZE, and MEMORY USAGE samples).
 //
@@ -118,6 +125,11 @@ func main() {
 		log.Fatal(err)
 	}
 	defer rl.Kill()
+	rq, err := e2e.StartRedis(dir) // Tollgate with a quota's
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rq.Kill()
 	if err := installMinimal(dir); err != nil {
 		log.Fatal(err)
 	}
@@ -133,12 +145,12 @@ func main() {
 		}
 		beforeAddr = rb.Addr
 	}
-	fleet, err := e2e.StartFleetWith(dir, 1, dynamicConf(r.Addr, rl.Addr, beforeAddr, admitAll), pluginsStatic(rb != nil))
+	fleet, err := e2e.StartFleetWith(dir, 1, dynamicConf(r.Addr, rl.Addr, rq.Addr, beforeAddr, admitAll), pluginsStatic(rb != nil))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer fleet.Stop()
-	b := &bench{dir: dir, redis: r, leased: rl, before: rb, fleet: fleet, traefik: fleet.Replicas[0], wrkDur: *wrkDur, conns: *conns,
+	b := &bench{dir: dir, redis: r, leased: rl, quota: rq, before: rb, fleet: fleet, traefik: fleet.Replicas[0], wrkDur: *wrkDur, conns: *conns,
 		script: filepath.Join(dir, "keys.lua"), hot: filepath.Join(dir, "hot.lua"), gc: *gc, profile: *profile}
 	if err := os.WriteFile(b.script, []byte(keysScript(*keys)), 0o644); err != nil {
 		log.Fatal(err)
@@ -146,7 +158,7 @@ func main() {
 	if err := os.WriteFile(b.hot, []byte(keysScript(*hotKeys)), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	routers := []string{leased + "@file"}
+	routers := []string{leased + "@file", quota + "@file"}
 	for _, rt := range routes {
 		routers = append(routers, rt+"@file")
 	}

@@ -33,7 +33,7 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 	kb, mallocs := map[string]float64{}, map[string]float64{} // this rep's, per request
 	rts := order(rep)
 	if pass == admitted {
-		rts = withLeased(rts, rep)
+		rts = admitOrder(rts, rep)
 	}
 	for _, rt := range rts {
 		path := ""
@@ -70,7 +70,7 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 			res.rps[rt] = append(res.rps[rt], w.rps)
 			res.non2xxAdmit += w.non2xx
 			switch rt {
-			case "tollgate", "before", leased:
+			case "tollgate", "before", leased, quota:
 				res.conns64[rt] = append(res.conns64[rt], float64(w.tgConns))
 			case "minimal":
 				res.conns64[rt] = append(res.conns64[rt], float64(w.minConns))
@@ -81,6 +81,9 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 				res.cmds[rt] = append(res.cmds[rt], perReq(w.redisCmds))
 				res.bytes[rt] = append(res.bytes[rt], perReq(w.redisBytes))
 				res.scripts[rt] = append(res.scripts[rt], perReq(w.redisScripts))
+			}
+			if rt == quota {
+				res.quotaOneScript = append(res.quotaOneScript, w.requests > 0 && oneScriptEach(w, b.conns))
 			}
 		} else {
 			res.rpsReject[rt] = append(res.rpsReject[rt], w.rps)
@@ -123,6 +126,7 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 		res.leasedVsRedis[keysLoad] = append(res.leasedVsRedis[keysLoad], rps[leased][rep-1]/rps["redis"][rep-1])
 		fmt.Printf("throughput, %s: Tollgate with leases / without %.2f (target >= %.1f), with leases / Traefik redis %.2f; script calls per request with leases %.3f\n",
 			passNames[pass], res.leasedVsTollgate[keysLoad][rep-1], targetVsWithout, res.leasedVsRedis[keysLoad][rep-1], at(res.scripts[leased], rep))
+		quotaRep(res, rep)
 	}
 	if enabled("before") {
 		res.vsBefore[pass] = append(res.vsBefore[pass], rps["tollgate"][rep-1]/rps["before"][rep-1])
@@ -134,7 +138,7 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 				kb["tollgate"]/kb["before"], mallocs["tollgate"]/mallocs["before"])
 		}
 	}
-	for _, rt := range routes {
+	for _, rt := range append(append([]string(nil), routes...), quota) {
 		if _, ok := kb["none"]; !ok {
 			break // a read of /debug/vars failed
 		}
