@@ -1,0 +1,97 @@
+package tollgate
+
+import (
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redistest"
+)
+
+// Windows are contiguous and hold the instant they are asked for, in zones
+// with DST at midnight, 30-minute changes and a skipped day.
+func TestReviewQuotaWindowsContiguous(t *testing.T) {
+	zones := []string{"UTC", "America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "America/Santiago",
+		"America/Havana", "Pacific/Apia", "Asia/Tehran", "Africa/Casablanca", "Pacific/Chatham"}
+	from := time.Date(2010, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+	to := time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+	step := int64(5*86400 + 7*3600 + 13*60 + 7)
+	if testing.Short() {
+		step *= 8
+	}
+	bad := 0
+	for _, z := range zones {
+		loc, err := time.LoadLocation(z)
+		if err != nil {
+			t.Skip("no tzdata:", err)
+		}
+		for kind := windowHour; kind <= windowMonth; kind++ {
+			for x := from; x < to && bad < 10; x += step {
+				b := windowBounds(kind, loc, time.Unix(x, 0))
+				us := x*1000000 - epochUS
+				if !(b[0] < b[1] && b[1] <= us && us < b[2] && b[2] < b[3]) {
+					t.Errorf("%s kind %d at %s: bounds %v do not hold it", z, kind, time.Unix(x, 0).In(loc), b)
+					bad++
+					continue
+				}
+				end := (b[2] + epochUS) / 1000000
+				nb := windowBounds(kind, loc, time.Unix(end, 0))
+				pb := windowBounds(kind, loc, time.Unix(end-1, 0))
+				if nb[1] != b[2] || nb[0] != b[1] || nb[2] != b[3] || pb[2] != b[2] || pb[1] != b[1] {
+					t.Errorf("%s kind %d at %s: window %v, at its end %v, a second before %v: not contiguous",
+						z, kind, time.Unix(x, 0).In(loc), b, nb, pb)
+					bad++
+				}
+				if secs := windowSeconds(b[1], b[2]); kind == windowDay && (secs < 22*3600 || secs > 26*3600) ||
+					kind == windowHour && (secs < 1800 || secs > 7200) {
+					t.Errorf("%s kind %d at %s: a window of %d s", z, kind, time.Unix(x, 0).In(loc), secs)
+					bad++
+				}
+			}
+		}
+	}
+}
+
+// 200 requests at once for one client through 3 pods, a quota of 50 a day
+// and a rate that never refuses: exactly 50 pass.
+func TestReviewQuotaExactUnderConcurrency(t *testing.T) {
+	addr := redistest.Start(t)
+	var hs []*Tollgate
+	for i := 0; i < 3; i++ {
+		hs = append(hs, quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 50, Window: "day"}}, func(c *Config) {
+			c.Average, c.Burst = 100000, 100000
+		}))
+	}
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for i := 0; i < 200; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			rec := serve(hs[i%3], "k")
+			mu.Lock()
+			codes[rec.Code]++
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	if codes[http.StatusOK] != 50 || codes[http.StatusTooManyRequests] != 150 {
+		t.Errorf("codes %v, want 50 admitted and 150 refused", codes)
+	}
+}
+
+// A client refused by a quota until the window's end is admitted again
+// once a reload raises the limit (the new instance has its own deny cache).
+func TestReviewQuotaReloadRaisesLimit(t *testing.T) {
+	addr := redistest.Start(t)
+	h := quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 2, Window: "day"}}, nil)
+	if passed, _ := sendAll(h, "k", 4); passed != 2 {
+		t.Fatalf("%d passed, want 2", passed)
+	}
+	h2 := quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 5, Window: "day"}}, nil)
+	if rec := serve(h2, "k"); rec.Code != http.StatusOK {
+		t.Errorf("after the reload to a limit of 5: %d by %q, want 200", rec.Code, rec.Header().Get("X-Decision"))
+	}
+}
