@@ -2,6 +2,8 @@ package tollgate
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -93,5 +95,94 @@ func TestReviewQuotaReloadRaisesLimit(t *testing.T) {
 	h2 := quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 5, Window: "day"}}, nil)
 	if rec := serve(h2, "k"); rec.Code != http.StatusOK {
 		t.Errorf("after the reload to a limit of 5: %d by %q, want 200", rec.Code, rec.Header().Get("X-Decision"))
+	}
+}
+
+// A shadow rule's quota lets a request through when full; the enforcing
+// top-level rate is still charged for every request (its enforce call).
+func TestReviewQuotaShadowRule(t *testing.T) {
+	addr := redistest.Start(t)
+	h := quotaHandler(t, addr, nil, func(c *Config) {
+		c.Burst = 4
+		c.Rules = []Rule{{Name: "trial", PathPrefix: "/", Average: 100000, Period: "1m", Burst: 100000, Shadow: "true",
+			Quotas: []Quota{{Name: "trialday", Limit: 2, Window: "day"}}}}
+	})
+	// The enforcing rate (burst 4) admits 4: the 2 the quota counted and 2
+	// it would have refused.
+	if passed, _ := sendAll(h, "k", 6); passed != 4 {
+		t.Errorf("%d passed, want the enforcing rate's burst, 4", passed)
+	}
+}
+
+// A rate's refusal is not remembered for as long as a quota's window.
+func TestReviewRateRefusalNotExtendedByQuota(t *testing.T) {
+	addr := redistest.Start(t)
+	h := quotaHandler(t, addr, []Quota{{Name: "monthly", Limit: 1000, Window: "month"}}, func(c *Config) { c.Burst = 1 })
+	serve(h, "k")
+	rec := serve(h, "k")
+	if rec.Code != http.StatusTooManyRequests {
+		t.Fatalf("%d, want the rate's 429", rec.Code)
+	}
+	if ra, _ := strconv.Atoi(rec.Header().Get("Retry-After")); ra < 1 || ra > 60 {
+		t.Errorf("Retry-After %d, want the rate's wait (at most 60 s)", ra)
+	}
+	e := h.top.denied.entries[clientKey(h.set.class, "h:k")]
+	if e == nil {
+		for k := range h.top.denied.entries {
+			e = h.top.denied.entries[k]
+		}
+	}
+	if e == nil {
+		t.Fatal("no deny cache entry")
+	}
+	if d := time.Duration(e.until - e.at); d > time.Minute {
+		t.Errorf("deny cache entry for %s, want at most the rate's minute", d)
+	}
+}
+
+// A rule keyed its own way with a quota, on Redis Cluster: the quota
+// counts per rule identity, exactly, and refuses past its limit.
+func TestReviewQuotaOwnKeysCluster(t *testing.T) {
+	addr := redistest.StartCluster(t)
+	h := quotaHandler(t, addr, []Quota{{Name: "topday", Limit: 100, Window: "day"}}, func(c *Config) {
+		c.Redis.Mode = "cluster"
+		c.Rules = []Rule{{Name: "byip", PathPrefix: "/", Average: 100000, Period: "1m", Burst: 100000,
+			SourceCriterion: &SourceCriterion{RequestHeaderName: "X-Tenant"},
+			Quotas:          []Quota{{Name: "tenantday", Limit: 3, Window: "day"}}}}
+	})
+	send := func(key, tenant string) int {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-API-Key", key)
+		req.Header.Set("X-Tenant", tenant)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if d := rec.Header().Get("X-Decision"); d != "redis" && d != "cache" {
+			t.Logf("%s %s: %d by %s", key, tenant, rec.Code, d)
+		}
+		return rec.Code
+	}
+	// Wait (bounded) until the cluster's slots are known.
+	for i := 0; i < 500; i++ {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-API-Key", "warm")
+		req.Header.Set("X-Tenant", "warm")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Header().Get("X-Decision") == "redis" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	passed := 0
+	for i := 0; i < 6; i++ {
+		if send("k"+strconv.Itoa(i), "t1") == http.StatusOK {
+			passed++
+		}
+	}
+	if passed != 3 {
+		t.Errorf("%d passed for one tenant over 6 API keys, want its quota, 3", passed)
+	}
+	if send("k9", "t2") != http.StatusOK {
+		t.Error("another tenant refused")
 	}
 }
