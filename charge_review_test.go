@@ -3,9 +3,12 @@ package tollgate
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
@@ -49,6 +52,47 @@ func TestReviewResponseCostChargesTheDecidedClient(t *testing.T) {
 		}
 		if i == 4 && !strings.Contains(rec.Header().Get("RateLimit"), `"month";r=0;`) {
 			t.Errorf("RateLimit %q, want the quota spent", rec.Header().Get("RateLimit"))
+		}
+	}
+}
+
+// On Redis Cluster, a response's charge reaches a rule keyed its own way
+// and its quota (one call per key): the tenant's quota of 100 takes 40 a
+// response, whatever API key asks.
+func TestReviewResponseCostClusterOwnKeys(t *testing.T) {
+	addr := redistest.StartCluster(t)
+	h := costHandler(t, addr, func() []string { return []string{"40"} }, func(c *Config) {
+		c.Average, c.Burst = 100000, 100000
+		c.Redis.Mode = "cluster"
+		c.Rules = []Rule{{Name: "tenant", PathPrefix: "/", Average: 100000, Period: "1m", Burst: 100000,
+			SourceCriterion: &SourceCriterion{RequestHeaderName: "X-Tenant"},
+			ResponseCost:    &ResponseCost{Header: "X-Usage-Tokens", Max: 1000},
+			Quotas:          []Quota{{Name: "tenantmonth", Limit: 100, Window: "month"}}}}
+	})
+	send := func(key, tenant string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-API-Key", key)
+		req.Header.Set("X-Tenant", tenant)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	for i := 0; i < 500; i++ { // bounded: until the cluster's slots are known
+		if send("warm", "warm").Header().Get("X-Decision") == "redis" {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	settle(t, h)
+	for i := 1; i <= 4; i++ {
+		rec := send("k"+strconv.Itoa(i), "t1")
+		settle(t, h)
+		want := 200
+		if i == 4 {
+			want = 429
+		}
+		if rec.Code != want {
+			t.Fatalf("request %d: %d by %s (RateLimit %q), want %d", i, rec.Code, rec.Header().Get("X-Decision"), rec.Header().Get("RateLimit"), want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -184,5 +185,34 @@ func TestReviewQuotaOwnKeysCluster(t *testing.T) {
 	}
 	if send("k9", "t2") != http.StatusOK {
 		t.Error("another tenant refused")
+	}
+}
+
+// Two quotas with different names count apart: the top level's "x:y" and
+// rule x's "y" do not share one counter (key suffixes ":x:y" both).
+func TestReviewQuotaNamesDoNotShareCounters(t *testing.T) {
+	addr := redistest.Start(t)
+	h, err := New(nil, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(200) }), func() *Config {
+		c := CreateConfig()
+		c.Average, c.Period, c.Burst = 100000, "1m", 100000
+		c.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
+		c.Redis.Endpoints = []string{addr}
+		c.Redis.Username = "names"
+		c.Quotas = []Quota{{Name: "x:y", Limit: 100, Window: "day"}}
+		c.Rules = []Rule{{Name: "x", PathPrefix: "/", Average: 100000, Period: "1m", Burst: 100000,
+			Quotas: []Quota{{Name: "y", Limit: 100, Window: "day"}}}}
+		return c
+	}(), "api")
+	if err != nil {
+		t.Logf("refused at compile (a fix): %v", err)
+		return
+	}
+	for i := 0; i < 10; i++ {
+		serve(h, "k")
+	}
+	rl := serve(h, "k").Header().Get("RateLimit")
+	t.Logf("RateLimit %s", rl)
+	if !strings.Contains(rl, `"x:y";r=89;`) || !strings.Contains(rl, `"y";r=89;`) {
+		t.Errorf("RateLimit %q: want each quota charged 11 times (r=89), not one counter charged twice a request", rl)
 	}
 }
