@@ -216,3 +216,25 @@ func TestReviewQuotaNamesDoNotShareCounters(t *testing.T) {
 		t.Errorf("RateLimit %q: want each quota charged 11 times (r=89), not one counter charged twice a request", rl)
 	}
 }
+
+// A quota counter of another type (WRONGTYPE) for one client: that
+// client's checks fail, but no other client leaves Redis for the fallback.
+func TestReviewQuotaWrongTypeCounter(t *testing.T) {
+	addr := redistest.Start(t)
+	h := quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 5, Window: "day"}}, nil)
+	b := windowBounds(windowDay, time.UTC, quotaNow())
+	key := clientKey("api", "h:k") + ":daily@" + strconv.FormatInt(b[1]/1000000, 10)
+	redistest.Do(t, addr, "HSET", key, "f", "v")
+	codes := map[string]int{}
+	for i := 0; i < 30; i++ {
+		rec := serve(h, "k")
+		codes[strconv.Itoa(rec.Code)+" "+rec.Header().Get("X-Decision")]++
+	}
+	t.Logf("the client with a broken counter: %v", codes)
+	if d := serve(h, "other").Header().Get("X-Decision"); d != "redis" {
+		t.Errorf("another client decided by %q, want redis: one client's broken key sent every client to the fallback", d)
+	}
+	if codes["200 local"] > 0 {
+		t.Errorf("%d requests admitted uncounted by the fallback past a counter Redis cannot read", codes["200 local"])
+	}
+}
