@@ -238,3 +238,36 @@ func TestReviewQuotaWrongTypeCounter(t *testing.T) {
 		t.Errorf("%d requests admitted uncounted by the fallback past a counter Redis cannot read", codes["200 local"])
 	}
 }
+
+// 200 at once through 2 pods, a burst of 30 and a quota of 50: 30 pass,
+// and the quota counts exactly those 30 (all or nothing).
+func TestReviewQuotaRateAllOrNothingConcurrent(t *testing.T) {
+	addr := redistest.Start(t)
+	var hs []*Tollgate
+	for i := 0; i < 2; i++ {
+		hs = append(hs, quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 50, Window: "day"}}, func(c *Config) {
+			c.Average, c.Period, c.Burst = 1, "1h", 30
+		}))
+	}
+	var mu sync.Mutex
+	passed := 0
+	var wg sync.WaitGroup
+	for i := 0; i < 200; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if serve(hs[i%2], "k").Code == http.StatusOK {
+				mu.Lock()
+				passed++
+				mu.Unlock()
+			}
+		}(i)
+	}
+	wg.Wait()
+	b := windowBounds(windowDay, time.UTC, quotaNow())
+	key := clientKey("api", "h:k") + ":daily@" + strconv.FormatInt(b[1]/1000000, 10)
+	got := redistest.Do(t, addr, "GET", key)
+	if passed != 30 || len(got) != 1 || got[0] != "30" {
+		t.Errorf("%d passed, the quota's counter %v: want 30 and 30", passed, got)
+	}
+}
