@@ -46,9 +46,13 @@ func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policy
 		writeQuotaExceeded(rw, set, d)
 		return
 	}
-	t.next.ServeHTTP(rw, req)
+	var keys []string
 	if set.costed {
-		t.chargeResponse(rw, req, set)
+		keys = chargeKeys(t, req, set) // before next, which may change req (a middleware that strips the key)
+	}
+	t.next.ServeHTTP(rw, req)
+	if keys != nil {
+		t.chargeResponse(rw, set, keys)
 	}
 }
 
@@ -173,20 +177,36 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 	} else if t.set.headers != 0 {
 		setHeaders(rw.Header(), t.set.headers, set, d)
 	}
-	t.next.ServeHTTP(rw, req)
+	var keys []string
 	if set.costed {
-		t.chargeResponse(rw, req, set)
+		keys = chargeKeys(t, req, set) // before next, which may change req (a middleware that strips the key)
 	}
+	t.next.ServeHTTP(rw, req)
+	if keys != nil {
+		t.chargeResponse(rw, set, keys)
+	}
+}
+
+// chargeKeys returns the keys of req's client in each policy of set,
+// taken before next: a middleware after Tollgate may change req (strip
+// the header that names the client), and the charge is the client's the
+// request was decided for.
+func chargeKeys(t *Tollgate, req *http.Request, set *policySet) []string {
+	keys := clientKeys(t, set, req, clientKey(t.set.class, t.set.source.identity(req)))
+	for i, p := range set.ps {
+		keys[i] += p.keySuffix
+	}
+	return keys
 }
 
 // chargeResponse charges what the response says the admitted request
 // cost, beyond the cost already charged, to each policy of set whose
-// owner reads a response cost (after next): queued on the backend's
-// charge queue (costs.go), its Redis call off the response's path.
-func (t *Tollgate) chargeResponse(rw http.ResponseWriter, req *http.Request, set *policySet) {
+// owner reads a response cost (after next), under keys (chargeKeys):
+// queued on the backend's charge queue (costs.go), its Redis call off
+// the response's path.
+func (t *Tollgate) chargeResponse(rw http.ResponseWriter, set *policySet, keys []string) {
 	h := rw.Header()
 	var c *charge
-	var keys []string
 	for i, p := range set.ps {
 		if p.respCost == nil {
 			continue
@@ -202,7 +222,6 @@ func (t *Tollgate) chargeResponse(rw http.ResponseWriter, req *http.Request, set
 		}
 		if c == nil {
 			c = &charge{}
-			keys = clientKeys(t, set, req, clientKey(t.set.class, t.set.source.identity(req)))
 		}
 		amount := strconv.FormatInt(extra, 10)
 		if p.quota != nil {
@@ -210,7 +229,7 @@ func (t *Tollgate) chargeResponse(rw http.ResponseWriter, req *http.Request, set
 		} else {
 			c.args = append(c.args, strconv.FormatFloat(p.lim.interval, 'g', -1, 64), strconv.FormatFloat(p.lim.burst, 'g', -1, 64), amount)
 		}
-		c.keys = append(c.keys, keys[i]+p.keySuffix)
+		c.keys = append(c.keys, keys[i])
 		c.amounts = append(c.amounts, extra)
 		c.ms = append(c.ms, p.m)
 	}

@@ -199,7 +199,7 @@ for i = 1, n do
     local st, en = tonumber(b1), tonumber(b2)
     if qn < st then st, en = tonumber(b0), st elseif qn >= en then st, en = en, tonumber(b3) end
     qk[i] = KEYS[i] .. '@' .. string.format('%.0f', math.floor(st / 1000000))
-    s[i] = tonumber(redis.call('GET', qk[i])) or 0
+    s[i] = tonumber(redis.pcall('GET', qk[i])) or 0
     qe[i] = en - qn
     if s[i] + cost[i] > -iv[i] then ok = 0 end
   else
