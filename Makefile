@@ -1,5 +1,5 @@
 # Tollgate: the two commands a newcomer needs are `make demo` and `make test`.
-.PHONY: demo test check unit yaegi e2e bench bench-check vendor
+.PHONY: demo test check rules unit yaegi e2e bench bench-check vendor
 
 # A live demo: three real Traefik replicas with Tollgate sharing one
 # redis-server; Redis is killed and restarted midway. About a minute (plus
@@ -14,12 +14,21 @@ demo:
 # Traefik-style Yaegi loader.
 test: check unit yaegi e2e
 
-check:
+check: rules
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^vendor/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^vendor/'); echo "gofmt needed"; exit 1; }
 	go vet ./...
 	cd e2e && go vet ./...
 	scripts/vendor.sh --check
 	@! grep -qE 'github.com/traefik/(traefik|yaegi)' go.mod || { echo "the root go.mod must not require Traefik or Yaegi"; exit 1; }
+
+# The operator's kit (deploy/): promtool checks the Prometheus rules and
+# runs their unit tests (each alert fired and not fired). The e2e suite
+# evaluates every expression of the rules and of the Grafana dashboard
+# against a real Prometheus scraping real replicas (e2e/metrics_ops_test.go).
+rules:
+	@command -v promtool >/dev/null 2>&1 || scripts/deps.sh
+	promtool check rules deploy/prometheus/tollgate-rules.yml
+	cd deploy/prometheus && promtool test rules tollgate-rules.test.yml
 
 unit:
 	go test -count=1 ./...
