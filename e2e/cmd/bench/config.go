@@ -37,17 +37,20 @@ const leased = "leased"
 // for a ttl), and a client needs 2 x max x pods left to get one.
 const leaseMax = 50
 
-// withLeased is rts with /leased next to /tollgate: after it in odd reps,
+// withLeased is rts with /leased next to /tollgate (beside).
+func withLeased(rts []string, rep int) []string { return beside(rts, rep, leased) }
+
+// beside is rts with route next to /tollgate: after it in odd reps,
 // before it in even ones, so that neither always runs first.
-func withLeased(rts []string, rep int) []string {
+func beside(rts []string, rep int, route string) []string {
 	var out []string
 	for _, rt := range rts {
 		if rt == "tollgate" && rep%2 == 0 {
-			out = append(out, leased)
+			out = append(out, route)
 		}
 		out = append(out, rt)
 		if rt == "tollgate" && rep%2 == 1 {
-			out = append(out, leased)
+			out = append(out, route)
 		}
 	}
 	return out

@@ -23,21 +23,8 @@ func quotaConf() []interface{} {
 	return []interface{}{map[string]interface{}{"name": "month", "limit": int64(quotaLimit), "window": "month"}}
 }
 
-// withQuota is rts with /quota next to /tollgate: right after it in odd
-// reps, right before it in even ones, so that neither always runs first.
-func withQuota(rts []string, rep int) []string {
-	var out []string
-	for _, rt := range rts {
-		if rt == "tollgate" && rep%2 == 0 {
-			out = append(out, quota)
-		}
-		out = append(out, rt)
-		if rt == "tollgate" && rep%2 == 1 {
-			out = append(out, quota)
-		}
-	}
-	return out
-}
+// withQuota is rts with /quota next to /tollgate (beside).
+func withQuota(rts []string, rep int) []string { return beside(rts, rep, quota) }
 
 // admitOrder is the admitted pass's routes in rep: rts with /leased and
 // /quota, /quota next to /tollgate.
