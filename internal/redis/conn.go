@@ -16,6 +16,8 @@ const (
 	// lateGrace is how long a read that timed out looks again for a reply
 	// already received (see lateRead).
 	lateGrace = 200 * time.Microsecond
+	// lateLooks bounds the looks of a read that timed out (see lateRead).
+	lateLooks = 3
 	// minWriteBudget is the least a write may block (writeBudget).
 	minWriteBudget = 50 * time.Millisecond
 	// maxQueue bounds the calls in flight on one connection.
