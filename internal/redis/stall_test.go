@@ -7,8 +7,10 @@ package redis
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -101,6 +103,46 @@ func TestReplyInTimeIsTakenWhenTheLateLookIsStalled(t *testing.T) {
 	d := make([]int64, 4)
 	if err := c.check(command(len(testKey)), testKey, d, timeout); err != nil || d[0] != 1 {
 		t.Fatalf("a check answered in time, read late by a pod descheduled twice: %v %v; want the decision", err, d)
+	}
+	if !sc.stalled() {
+		t.Fatal("the test did not stall the reads it meant to")
+	}
+}
+
+func TestStalledProofOfAnOwingConnectionLeavesThePoolUsable(t *testing.T) {
+	// An idle connection owes the reply of a call that timed out long ago
+	// (the reply came later; nobody read it). The next check proves it,
+	// and its reader is stalled twice: the owed reply and the PONG are in
+	// the socket. Seen before: the read timed out, the owed call's old
+	// deadline made the connection stale, the pool silent, and every check
+	// after it failed at once (ErrDialFailed, failingFast) for a dial
+	// budget: one late look failed the burst.
+	f := redistest.StartFake(t, "+1 3 0 2000\r\n")
+	const timeout = 100 * time.Millisecond
+	c := clientOn(t, f, timeout, 1)
+	cn := c.conns[0]
+	owed := newCall()
+	if err := send(cn, nil, owed, pingCmd, nil, nil, "", timeout, time.Now); err != nil {
+		t.Fatal(err)
+	}
+	cn.mu.Lock()
+	finish(owed, nil, ErrTimeout)
+	owed.deadline -= int64(time.Second)
+	cn.mu.Unlock()
+	c.mu.Lock()
+	cn.used -= int64(proveAfter) // idle: it proves itself first
+	c.mu.Unlock()
+	time.Sleep(20 * time.Millisecond) // the owed reply arrives
+	sc := stall(cn, 1)
+	cmd := command(len(testKey))
+	var failed []string
+	for i := 0; i < 5; i++ {
+		if err := c.check(cmd, testKey, make([]int64, 4), timeout); err != nil {
+			failed = append(failed, fmt.Sprintf("check %d: %v", i, err))
+		}
+	}
+	if len(failed) > 0 {
+		t.Fatalf("5 checks after a stalled proof of a connection owing an old reply: %s; want each decided", strings.Join(failed, "; "))
 	}
 	if !sc.stalled() {
 		t.Fatal("the test did not stall the reads it meant to")
