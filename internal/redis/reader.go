@@ -294,10 +294,11 @@ func (cn *rconn) readMore(line []byte, err error) ([]byte, error) {
 // read whose deadline has passed without looking at the socket, so on a
 // CPU-starved pod a reply Redis sent well in time would count as Redis
 // being slow (and open the breaker under load). The deadline is meant for
-// a slow Redis, not a busy scheduler. The look has the same flaw: a pod
-// descheduled between setting its deadline and reading (it returned more
-// than lateGrace past that deadline) may not have looked, so it looks
-// again, up to lateLooks times in all.
+// a slow Redis, not a busy scheduler. The look has the same flaw: a look
+// that waited on an empty socket ends at its deadline, but one whose
+// goroutine was descheduled between setting the deadline and reading
+// ends past it, maybe without having looked; so a look that ended more
+// than lateWake past its deadline looks again, up to lateLooks looks.
 func lateRead(cn *rconn) ([]byte, error) {
 	for i := 1; ; i++ {
 		until := time.Now().Add(lateGrace)
@@ -305,7 +306,7 @@ func lateRead(cn *rconn) ([]byte, error) {
 			return nil, err
 		}
 		line, err := cn.br.ReadSlice('\n')
-		if err == nil || !isTimeout(err) || i == lateLooks || time.Since(until) < lateGrace {
+		if err == nil || !isTimeout(err) || i == lateLooks || time.Since(until) < lateWake {
 			return line, err
 		}
 		cn.part = append(cn.part, line...) // bufio dropped it: see readLine
