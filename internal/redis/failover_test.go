@@ -157,7 +157,7 @@ func TestFirstBurstAfterClusterFailover(t *testing.T) {
 	// reply in the socket), two or three at once (one a connection), as
 	// the drills' first burst after a failover did on a busy machine.
 	p := startClusterPair(t)
-	const timeout = 100 * time.Millisecond // Redis's own speed is not tested
+	const timeout = 200 * time.Millisecond // Redis's own speed is not tested
 	rc := New(Options{Mode: Cluster, Endpoints: []string{p.addrs[0]}, Timeout: timeout, PoolSize: 64, Script: failoverScript}, Hooks{})
 	rc.Start()
 	waitUntil(t, 5*time.Second, "the slots learnt", func() bool { return rc.route("x") != nil })
