@@ -7,7 +7,9 @@ package e2e
 // brings on one fault, and, drillSettle (probeInterval + 1.5 s) after Redis
 // answers the test's PING again, sends drillBurst concurrent requests
 // round-robin for a fresh key: checkGlobal (the burst plus what the bucket
-// earned, every decision Redis's or its deny cache's).
+// earned, every decision Redis's or its deny cache's). Each run logs what
+// every replica counted from Redis answering again to the burst's end
+// (fleet_fault_counters_test.go), so a burst that fell back says why.
 //
 // TOLLGATE_DRILL_RUNS (default 1) runs each drill that many times on its
 // fleet, each run on fresh keys after a fresh fault:
@@ -78,11 +80,14 @@ func (d drill) run(t *testing.T, fe *fleetEnv) {
 		start := time.Now()
 		back := d.fault(t, run)
 		t.Logf("run %d: Redis answered the test's PING again %v after the fault began", run, back.Sub(start).Round(time.Millisecond))
+		before := fe.counters()
 		time.Sleep(time.Until(back.Add(drillSettle)))
 		t.Logf("run %d: Redis clients before the burst: %s", run, clientsOf(d.node()))
 		rs, elapsed := fe.burstAt(drillBurst, key(t, fmt.Sprintf("burst%d", run)), roundRobin)
 		checkGlobal(t, fmt.Sprintf("run %d: %d concurrent %v after Redis answered again", run, drillBurst, drillSettle), rs, elapsed)
 		t.Logf("run %d: per replica: %s", run, perReplica(rs))
+		t.Logf("run %d: failed checks and dials by reason, breaker transitions, from Redis answering again to the burst's end: %s",
+			run, countersGrown(before, fe.counters()))
 		if _, how := tally(rs); how["local"] > 0 {
 			fe.logTollgate(t, run)
 		}
@@ -209,9 +214,10 @@ func logTraffic(t *testing.T, run int, what string, rs []reply) {
 	t.Logf("run %d: %s: %d requests, %d admitted; statuses %v; decisions: %s", run, what, len(rs), n, statuses(rs), formatTally(how))
 }
 
-// userFleet starts the user's fleet on one redis-server.
+// userFleet starts the user's fleet, and the metrics router, on one
+// redis-server.
 func userFleet(t *testing.T) *fleetEnv {
-	return startFleet(t, userReplicas, func(addr string) map[string]interface{} { return userConf(addr) }, "api@file")
+	return startFleet(t, userReplicas, func(addr string) map[string]interface{} { return withMetricsRouter(userConf(addr)) }, "api@file", drillMetrics)
 }
 
 // restart kills Redis, runs meanwhile (which must return within the
@@ -278,9 +284,9 @@ func TestFleetFaultRestartClosedOnly(t *testing.T) {
 	fe := startFleet(t, userReplicas, func(addr string) map[string]interface{} {
 		rule := map[string]interface{}{"name": "login", "pathPrefix": "/rule-login", "methods": []interface{}{"POST"},
 			"average": 60, "period": "1m", "burst": 10, "failureMode": "closed"}
-		return dynamicConf(route{"api", "PathPrefix(`/`)", userOpts(addr, "rules", []interface{}{rule})},
-			route{"login", "PathPrefix(`/login`)", userOpts(addr, "failureMode", "closed")})
-	}, "api@file", "login@file")
+		return withMetricsRouter(dynamicConf(route{"api", "PathPrefix(`/`)", userOpts(addr, "rules", []interface{}{rule})},
+			route{"login", "PathPrefix(`/login`)", userOpts(addr, "failureMode", "closed")}))
+	}, "api@file", "login@file", drillMetrics)
 	for _, c := range []struct{ desc, method, path string }{
 		{"middleware", "GET", "/login"},
 		{"rule", "POST", "/rule-login"},

@@ -16,7 +16,7 @@ import (
 )
 
 // startFleetOn starts the user's fleet (userReplicas replicas) serving conf
-// on a Redis deployment the test started itself.
+// and the metrics router on a Redis deployment the test started itself.
 func startFleetOn(t *testing.T, conf map[string]interface{}, routers ...string) *fleetEnv {
 	t.Helper()
 	if _, err := TraefikBinary(); err != nil {
@@ -25,7 +25,7 @@ func startFleetOn(t *testing.T, conf map[string]interface{}, routers ...string) 
 		}
 		t.Fatal(err)
 	}
-	return fleetIn(t, t.TempDir(), userReplicas, conf, routers...)
+	return fleetIn(t, t.TempDir(), userReplicas, withMetricsRouter(conf), append(routers, drillMetrics)...)
 }
 
 // waitReplicaOf waits until r replicates primary, its link up.

@@ -16,6 +16,11 @@ const (
 	// lateGrace is how long a read that timed out looks again for a reply
 	// already received (see lateRead).
 	lateGrace = 200 * time.Microsecond
+	// lateLooks bounds the looks of a read that timed out, and lateWake
+	// is how late past its deadline a look may end and still have looked
+	// (see lateRead).
+	lateLooks = 3
+	lateWake  = 50 * time.Microsecond
 	// minWriteBudget is the least a write may block (writeBudget).
 	minWriteBudget = 50 * time.Millisecond
 	// maxQueue bounds the calls in flight on one connection.

@@ -294,12 +294,23 @@ func (cn *rconn) readMore(line []byte, err error) ([]byte, error) {
 // read whose deadline has passed without looking at the socket, so on a
 // CPU-starved pod a reply Redis sent well in time would count as Redis
 // being slow (and open the breaker under load). The deadline is meant for
-// a slow Redis, not a busy scheduler.
+// a slow Redis, not a busy scheduler. The look has the same flaw: a look
+// that waited on an empty socket ends at its deadline, but one whose
+// goroutine was descheduled between setting the deadline and reading
+// ends past it, maybe without having looked; so a look that ended more
+// than lateWake past its deadline looks again, up to lateLooks looks.
 func lateRead(cn *rconn) ([]byte, error) {
-	if err := cn.nc.SetReadDeadline(time.Now().Add(lateGrace)); err != nil {
-		return nil, err
+	for i := 1; ; i++ {
+		until := time.Now().Add(lateGrace)
+		if err := cn.nc.SetReadDeadline(until); err != nil {
+			return nil, err
+		}
+		line, err := cn.br.ReadSlice('\n')
+		if err == nil || !isTimeout(err) || i == lateLooks || time.Since(until) < lateWake {
+			return line, err
+		}
+		cn.part = append(cn.part, line...) // bufio dropped it: see readLine
 	}
-	return cn.br.ReadSlice('\n')
 }
 
 // replyError is the error for an error reply: NOSCRIPT, a redirection
