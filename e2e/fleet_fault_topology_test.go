@@ -126,7 +126,13 @@ func TestFleetFaultSentinelFailover(t *testing.T) {
 				if _, err := s.Sentinels[0].Do("SENTINEL", "FAILOVER", MasterName); err != nil {
 					t.Fatal(err)
 				}
-				return promoted(t)
+				at := promoted(t)
+				// As after CLUSTER FAILOVER: the burst starts once the
+				// demoted primary has synced from the heir (the sync's
+				// fork and load leave a node unanswering for a moment,
+				// from which the pods rightly fall back).
+				waitReplicaOf(t, old, heir, 30*time.Second)
+				return at
 			},
 			after: rejoined}.run(t, fe)
 	})
