@@ -302,8 +302,7 @@ func quotaViewAt(s *policySet, now time.Time) *quotaView {
 			continue
 		}
 		b := p.quota.window(now)
-		parts.args[3*i+1] = strconv.FormatInt(b[0], 10) + " " + strconv.FormatInt(b[1], 10) + " " +
-			strconv.FormatInt(b[2], 10) + " " + strconv.FormatInt(b[3], 10) + " " + strconv.FormatInt(quotaShiftUS, 10)
+		parts.args[3*i+1] = windowsArg(b)
 		items[i] = policyItem(p, windowSeconds(b[1], b[2]))
 		if v.until < 0 || b[2] < v.until {
 			v.until = b[2]
