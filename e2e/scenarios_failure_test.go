@@ -95,7 +95,7 @@ func TestRedisKilledFallsBackToLocalShare(t *testing.T) {
 
 func TestRedisFrozenGivesUpWithinTimeout(t *testing.T) {
 	forEachKind(t, func(t *testing.T, e *env) {
-		h := e.handler(e.pod(), "api@file", e.opts("average", 600, "period", "1m", "burst", 100, "redis.timeout", "20ms", "redis.breakerThreshold", 100))
+		h := e.handler(e.pod(), "api@file", e.opts("average", 600, "period", "1m", "burst", 100, "redis.timeout", "100ms", "redis.breakerThreshold", 100))
 		key := uniqueKey(t)
 		if c := do(h, "GET", "/", key).Code; c != 200 {
 			t.Fatalf("warm-up: %d", c)
@@ -113,18 +113,17 @@ func TestRedisFrozenGivesUpWithinTimeout(t *testing.T) {
 			took[i] = time.Since(start)
 		}
 		sortDurations(took)
-		t.Logf("Redis frozen, 5 requests (timeout 20ms): %v", took)
-		// Each check gives up at its 20ms deadline (the pooled connection
+		t.Logf("Redis frozen, 5 requests (timeout 100ms): %v", took)
+		// Each check gives up at its 100ms deadline (the pooled connection
 		// it shares with the checks before it, whose replies never come;
-		// dials to a frozen Redis hang off the request's clock). Measured
-		// on 2 cores shared with other test runs (11 runs each, compiled
-		// and interpreted): median 21.4 to 34.6 ms; slowest up to 73 ms
-		// in 16 runs (scheduling, not bounded). The median is bounded at about 3
-		// times its worst excess over the timeout: 60 ms. Caught: a check
-		// given the renewal's cap (10 timeouts, 200 ms) from its write;
-		// a check that gives up before its timeout (below 20 ms).
-		if median := took[2]; median < 20*time.Millisecond || median > 60*time.Millisecond {
-			t.Fatalf("Redis frozen, 5 requests: %v; want the median just over the 20ms timeout (at most 60ms)", took)
+		// dials to a frozen Redis hang off the request's clock). With a
+		// 20 ms timeout the median measured 21 to 35 ms, and 70 ms once in
+		// a CI-like run under load (scheduling): the timeout is 100 ms so
+		// that such noise stays far inside the bound, 4 times the timeout.
+		// Caught: a check given the renewal's cap (10 timeouts, 1 s) from
+		// its write; a check that gives up before its timeout.
+		if median := took[2]; median < 100*time.Millisecond || median > 400*time.Millisecond {
+			t.Fatalf("Redis frozen, 5 requests: %v; want the median just over the 100ms timeout (at most 400ms)", took)
 		}
 	})
 }
