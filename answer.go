@@ -46,14 +46,11 @@ func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policy
 		writeQuotaExceeded(rw, set, d)
 		return
 	}
-	var keys []string
-	if set.costed {
-		keys = chargeKeys(t, req, set) // before next, which may change req (a middleware that strips the key)
+	if !set.costed && !set.held {
+		t.next.ServeHTTP(rw, req)
+		return
 	}
-	t.next.ServeHTTP(rw, req)
-	if keys != nil {
-		t.chargeResponse(rw, set, keys)
-	}
+	t.serveNext(rw, req, set, set, d, how)
 }
 
 // prepared has s's deny cache prepare its answers (refuseCached) when
@@ -146,6 +143,9 @@ func shadowOnly(set *policySet, d []int64, how int) bool {
 // When Redis did not decide (the fallback did, or a policy fails closed),
 // the enforcing policies go to the fallback too: Redis is not asked twice.
 func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *policySet, d []int64, how int) {
+	var held *policySet // the enforcing policies' slots, when they took some
+	var hd []int64
+	hhow := how
 	if set.enforce != nil && set.groups == nil { // (groups: each enforcing group admitted and was charged)
 		e := make([]int64, set.enforce.decisionLen)
 		var ehow int
@@ -161,6 +161,7 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 			t.answer(rw, req, set.enforce, e, ehow)
 			return
 		}
+		held, hd, hhow = set.enforce, e, ehow
 	}
 	p := set.ps[decider(set, d, how)]
 	n := atomic.AddInt64(&p.m.N[how*metrics.NResults+metrics.ShadowLimited], 1)
@@ -177,14 +178,7 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 	} else if t.set.headers != 0 {
 		setHeaders(rw.Header(), t.set.headers, set, d)
 	}
-	var keys []string
-	if set.costed {
-		keys = chargeKeys(t, req, set) // before next, which may change req (a middleware that strips the key)
-	}
-	t.next.ServeHTTP(rw, req)
-	if keys != nil {
-		t.chargeResponse(rw, set, keys)
-	}
+	t.serveNext(rw, req, set, held, hd, hhow)
 }
 
 // chargeKeys returns the keys of req's client in each policy of set,
@@ -208,7 +202,7 @@ func (t *Tollgate) chargeResponse(rw http.ResponseWriter, set *policySet, keys [
 	h := rw.Header()
 	var c *charge
 	for i, p := range set.ps {
-		if p.respCost == nil {
+		if p.respCost == nil || p.conc != nil {
 			continue
 		}
 		n, ok := responseCost(h, p.respCost)

@@ -163,6 +163,14 @@ func ceilMS(us float64) int64 {
 //	             after that window; it reports what is left, the ms to the
 //	             window's end as its wait when it refuses, and always as
 //	             its time to full.
+//	             A concurrency cap (concurrency.go) has 0, max and
+//	             maxDuration (µs); its key is the slots' sorted set with
+//	             the pod's member after the key's tag (tg{..}#member...):
+//	             expired slots are swept, and the request takes a slot,
+//	             scored by its deadline, when fewer than max are held
+//	             and no tombstone (}c}r) says the pod gave it up; it
+//	             reports the slots left, 1000 ms as its wait when full,
+//	             and the member it took (0: none) as its third number.
 //	reply        status "allowed remaining_1 wait_ms_1 full_ms_1 ...", one
 //	             line of decimal integers (allowed 1|0), so that the client
 //	             reads one line and parses it with one call
@@ -202,6 +210,17 @@ for i = 1, n do
     s[i] = tonumber(redis.pcall('GET', qk[i])) or 0
     qe[i] = en - qn
     if s[i] + cost[i] > -iv[i] then ok = 0 end
+  elseif iv[i] == 0 then
+    local ck, mem, rest = string.match(KEYS[i], '^([^}]*})#(%d+)(.*)$')
+    if not ck then return redis.error_reply('ERR tollgate: a slot key without its member') end
+    ck = ck .. rest
+    qk[i], qe[i] = ck, mem
+    if redis.pcall('SREM', ck .. '}r', mem) == 1 then qe[i] = false end
+    redis.pcall('ZREMRANGEBYSCORE', ck, '-inf', now)
+    local c = redis.pcall('ZCARD', ck)
+    if type(c) ~= 'number' then redis.call('DEL', ck); c = 0 end
+    s[i] = c
+    if c + 1 > burst[i] then ok = 0 end
   else
     if region then
       local sh = tonumber(ARGV[3*n+i])
@@ -251,6 +270,17 @@ for i = 1, n do
     local w = 0
     if s[i] + cost[i] > lim then w = e end
     out[i] = string.format('%.0f %d %d', math.max(0, lim - c), w, e)
+  elseif iv[i] == 0 then
+    local c, id = s[i], '0'
+    if ok == 1 and qe[i] then
+      redis.call('ZADD', qk[i], now + cost[i], qe[i])
+      redis.call('PEXPIRE', qk[i], math.ceil(cost[i] / 1000) + 1000)
+      c = c + 1
+      id = qe[i]
+    end
+    local w = 0
+    if s[i] + 1 > burst[i] then w = 1000 end
+    out[i] = string.format('%d %d %s', math.max(0, burst[i] - c), w, id)
   else
     local tat = s[i]
     if ok == 1 then tat = tat + iv[i] * cost[i] end

@@ -175,6 +175,9 @@ func compile(cfg *Config, name string) (*settings, error) {
 	if err := compileAllQuotas(cfg, s, topClosed, seen); err != nil {
 		return nil, err
 	}
+	if err := compileAllConcurrency(cfg, s, topClosed); err != nil {
+		return nil, err
+	}
 	if err := compileResponseCosts(cfg, s); err != nil {
 		return nil, err
 	}
@@ -227,10 +230,13 @@ func compile(cfg *Config, name string) (*settings, error) {
 	for _, p := range append([]*policy{s.top}, s.plans...) {
 		s.leases = s.leases || p != nil && p.lease.max > 0
 	}
-	if s.shards > 1 || cfg.Region != nil || s.hasQuotas() || s.costed() {
-		s.leases = false // see Lease in the README: a sharded or regional key, or one with quotas or response costs, is not leased
+	if s.shards > 1 || cfg.Region != nil || s.hasQuotas() || s.costed() || s.capped() {
+		s.leases = false // see Lease in the README: a sharded or regional key, or one with quotas, response costs or caps, is not leased
 	}
 	if s.redis, err = compileRedis(&cfg.Redis); err != nil {
+		return nil, err
+	}
+	if err := checkConcurrency(s); err != nil {
 		return nil, err
 	}
 	if s.region, s.regionPeers, err = compileRegion(cfg.Region, s.redis); err != nil {
@@ -448,52 +454,4 @@ func (s *settings) topPolicies() []*policy {
 		return nil
 	}
 	return ps
-}
-
-// compileResponseCosts compiles the response costs of the top level, the
-// plans (unset: the top level's) and the rules onto their policies and
-// those policies' quotas.
-func compileResponseCosts(cfg *Config, s *settings) error {
-	top, err := compileResponseCost("responseCost", cfg.ResponseCost)
-	if err != nil {
-		return err
-	}
-	set := func(shape *costShape, ps []*policy) {
-		for _, p := range ps {
-			p.respCost = shape
-		}
-	}
-	set(top, s.topPolicies())
-	for i, pl := range cfg.Plans {
-		shape := top
-		if pl.ResponseCost != nil {
-			if shape, err = compileResponseCost(fmt.Sprintf("plans[%d].responseCost", i), pl.ResponseCost); err != nil {
-				return err
-			}
-		}
-		if p := s.plans[i]; p != nil {
-			set(shape, s.withQuotas(p, s.planQuotas, i))
-		}
-	}
-	for i, r := range cfg.Rules {
-		shape, err := compileResponseCost(fmt.Sprintf("rules[%d].responseCost", i), r.ResponseCost)
-		if err != nil {
-			return err
-		}
-		set(shape, s.withQuotas(s.rules[i], s.ruleQuotas, i))
-	}
-	if s.costed() && (s.shards > 1 || cfg.Region != nil) {
-		return fmt.Errorf("responseCost: not with shards or regions (a response's charge goes to the client's whole bucket in one Redis)")
-	}
-	return nil
-}
-
-// costed reports whether some policy of s reads a response cost.
-func (s *settings) costed() bool {
-	for _, p := range s.policies() {
-		if p.respCost != nil {
-			return true
-		}
-	}
-	return false
 }

@@ -49,6 +49,9 @@ type Config struct {
 	// ResponseCost charges what the response says a request cost (see
 	// ResponseCost). Default none.
 	ResponseCost *ResponseCost `json:"responseCost,omitempty" yaml:"responseCost,omitempty" toml:"responseCost,omitempty"`
+	// Concurrency caps the requests in flight across every replica (see
+	// Concurrency); with average 0 it applies alone. Default none.
+	Concurrency *Concurrency `json:"concurrency,omitempty" yaml:"concurrency,omitempty" toml:"concurrency,omitempty"`
 	// Rules add buckets for matching requests; every matching rule is charged
 	// together with the top-level limit, all or nothing. Default none.
 	Rules []Rule `json:"rules,omitempty" yaml:"rules,omitempty" toml:"rules,omitempty"`
@@ -202,6 +205,8 @@ type Plan struct {
 	Quotas []Quota `json:"quotas,omitempty" yaml:"quotas,omitempty" toml:"quotas,omitempty"`
 	// ResponseCost as at the top level; unset means the top level's.
 	ResponseCost *ResponseCost `json:"responseCost,omitempty" yaml:"responseCost,omitempty" toml:"responseCost,omitempty"`
+	// Concurrency as at the top level; unset means the top level's.
+	Concurrency *Concurrency `json:"concurrency,omitempty" yaml:"concurrency,omitempty" toml:"concurrency,omitempty"`
 	// Unlimited: the plan's clients pass the top-level limit (no bucket,
 	// no RateLimit headers of it); rules still apply.
 	Unlimited bool `json:"unlimited,omitempty" yaml:"unlimited,omitempty" toml:"unlimited,omitempty"`
@@ -251,6 +256,8 @@ type Rule struct {
 	Quotas []Quota `json:"quotas,omitempty" yaml:"quotas,omitempty" toml:"quotas,omitempty"`
 	// ResponseCost for the rule's bucket and quotas; unset: none.
 	ResponseCost *ResponseCost `json:"responseCost,omitempty" yaml:"responseCost,omitempty" toml:"responseCost,omitempty"`
+	// Concurrency caps the rule's requests in flight; unset: none.
+	Concurrency *Concurrency `json:"concurrency,omitempty" yaml:"concurrency,omitempty" toml:"concurrency,omitempty"`
 }
 
 // ResponseCost: after the backend answers, Header's value (a decimal
@@ -267,6 +274,26 @@ type ResponseCost struct {
 	// KeepHeader is accepted for compatibility: the header is always
 	// kept (see the README).
 	KeepHeader bool `json:"keepHeader,omitempty" yaml:"keepHeader,omitempty" toml:"keepHeader,omitempty"`
+}
+
+// Concurrency caps the requests in flight, across every replica, of
+// each client (Key "client") or of its owner as a whole (Key "class"): a
+// request takes a slot in the same script call as its rates, before the
+// backend, and gives it back when the backend's response is done. A slot
+// is held at most MaxDuration (a replica that dies holding slots).
+type Concurrency struct {
+	// Max is the requests in flight allowed; required, > 0.
+	Max int64 `json:"max,omitempty" yaml:"max,omitempty" toml:"max,omitempty"`
+	// Key is "client" (default: each client its own Max) or "class" (all
+	// of the owner's clients together).
+	Key string `json:"key,omitempty" yaml:"key,omitempty" toml:"key,omitempty"`
+	// MaxDuration is the longest a slot is held. Default "60s"; at most
+	// "24h".
+	MaxDuration string `json:"maxDuration,omitempty" yaml:"maxDuration,omitempty" toml:"maxDuration,omitempty"`
+	// Name names the cap in headers, problems and metrics. Default: the
+	// class for a cap alone at the top level (average 0), else the
+	// owner's name and "-concurrency".
+	Name string `json:"name,omitempty" yaml:"name,omitempty" toml:"name,omitempty"`
 }
 
 // Quota is a calendar quota: at most Limit requests' cost per client in

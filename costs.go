@@ -80,6 +80,7 @@ type charge struct {
 	args    []string // 3 per key
 	amounts []int64
 	ms      []*metrics.Policy
+	held    *metrics.Policy // a give-back's cap (concurrency.go); its failures counted there
 }
 
 // maxCharges bounds a backend's queue; maxChargeBatch a call's charges.
@@ -165,6 +166,9 @@ func (q *chargeQueue) sendBatch(batch []*charge) {
 // countCharge counts c under each policy it charges: 0 charged, 1 failed,
 // 2 dropped.
 func countCharge(c *charge, res int) {
+	if c.held != nil && res != 0 {
+		atomic.AddInt64(&c.held.HeldLost, 1)
+	}
 	for i, m := range c.ms {
 		switch res {
 		case 0:
@@ -207,7 +211,9 @@ func chargeCommand(batch []*charge, only int) *redis.Command {
 // and then, past a full refill, the same value under K}d, so that the
 // check keeps the debt rather than take it for a clock stepped back. A
 // quota's counter (of the window that holds TIME) grows by the amount. A
-// key of another type is skipped.
+// concurrency slot's give-back (0, the member, maxDuration ms) removes
+// the member, or leaves a tombstone for a take not yet run. A key of
+// another type is skipped.
 // chargeScr is chargeScript's prepared form.
 var chargeScr = redis.NewScript(chargeScript)
 
@@ -224,7 +230,12 @@ while a <= #ARGV do
     local iv, b, c, key = tonumber(ARGV[a]), ARGV[a+1], tonumber(ARGV[a+2]), KEYS[k]
     a = a + 3
     k = k + 1
-    if iv < 0 then
+    if iv == 0 then
+      if redis.pcall('ZREM', key, b) == 0 then
+        redis.pcall('SADD', key .. '}r', b)
+        redis.pcall('PEXPIRE', key .. '}r', c + 1000)
+      end
+    elseif iv < 0 then
       local b0, b1, b2, b3, sh = string.match(b, '^(%d+) (%d+) (%d+) (%d+) (%-?%d+)$')
       local qn = now + tonumber(sh)
       local st, en = tonumber(b1), tonumber(b2)
@@ -254,3 +265,51 @@ while a <= #ARGV do
 end
 return redis.status_reply('1')
 `
+
+// compileResponseCosts compiles the response costs of the top level, the
+// plans (unset: the top level's) and the rules onto their policies and
+// those policies' quotas.
+func compileResponseCosts(cfg *Config, s *settings) error {
+	top, err := compileResponseCost("responseCost", cfg.ResponseCost)
+	if err != nil {
+		return err
+	}
+	set := func(shape *costShape, ps []*policy) {
+		for _, p := range ps {
+			p.respCost = shape
+		}
+	}
+	set(top, s.topPolicies())
+	for i, pl := range cfg.Plans {
+		shape := top
+		if pl.ResponseCost != nil {
+			if shape, err = compileResponseCost(fmt.Sprintf("plans[%d].responseCost", i), pl.ResponseCost); err != nil {
+				return err
+			}
+		}
+		if p := s.plans[i]; p != nil {
+			set(shape, s.withQuotas(p, s.planQuotas, i))
+		}
+	}
+	for i, r := range cfg.Rules {
+		shape, err := compileResponseCost(fmt.Sprintf("rules[%d].responseCost", i), r.ResponseCost)
+		if err != nil {
+			return err
+		}
+		set(shape, s.withQuotas(s.rules[i], s.ruleQuotas, i))
+	}
+	if s.costed() && (s.shards > 1 || cfg.Region != nil) {
+		return fmt.Errorf("responseCost: not with shards or regions (a response's charge goes to the client's whole bucket in one Redis)")
+	}
+	return nil
+}
+
+// costed reports whether some policy of s reads a response cost.
+func (s *settings) costed() bool {
+	for _, p := range s.policies() {
+		if p.respCost != nil {
+			return true
+		}
+	}
+	return false
+}

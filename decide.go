@@ -37,7 +37,7 @@ const (
 // nil) has had the cached refusal's prepared answer.
 func decide(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseWriter, d []int64) int {
 	v := req.Header[t.set.source.header]
-	if !t.set.byHeader || len(v) == 0 || v[0] == "" {
+	if !t.set.byHeader || len(v) == 0 || v[0] == "" || set.held {
 		return decideAny(t, set, req, rw, d)
 	}
 	key := hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])
@@ -108,6 +108,9 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseW
 	cmd := set.cmd
 	if set.quotas {
 		cmd = quotaCall(set).cmd
+	}
+	if set.held {
+		return callHeld(t, set, req, rkey, call, cmd, d)
 	}
 	if redisCheck(t.be, cmd, call, d, &t.set.redis, t.hb) != nil {
 		if set.ownKeys {
@@ -271,6 +274,9 @@ func takeLocal(t *Tollgate, set *policySet, keys []string, d []int64) int {
 	}
 	lims := set.locals
 	set.localsMu.Unlock()
+	if set.held {
+		return takeHeld(t, set, keys, lims, n, d)
+	}
 	t.local.take(keys, lims, d)
 	if set.quotas {
 		localQuotas(set, d)

@@ -34,6 +34,7 @@ type denyCache struct {
 	max    int
 	n      int64      // len(entries), read without the lock by the hot path
 	shadow []bool     // by policy: shadow (nil: none is); see remember
+	capped []bool     // by policy: a concurrency cap, whose refusal is not kept (nil: none is)
 	latest int64      // the end of the latest refusal remembered, monotonic ns (atomic): see denyWatch
 	watch  *denyWatch // counts its entries for the metrics (the registry's); nil: none
 	// prepare, when not nil, prepares the answer to a refusal as it stands
@@ -217,6 +218,9 @@ func countDown(ms, elapsed int64) int64 {
 func (c *denyCache) remember(key string, d []int64) {
 	var wait, shadowWait int64
 	for i := 2; i < len(d); i += 3 {
+		if c.capped != nil && c.capped[(i-2)/3] {
+			continue // a slot may free at any moment
+		}
 		if c.shadow != nil && c.shadow[(i-2)/3] {
 			if d[i] > shadowWait {
 				shadowWait = d[i]

@@ -67,6 +67,9 @@ func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
 	limit := strconv.FormatInt(set.ps[j].average, 10)
 	remaining := strconv.FormatInt(d[1+3*j], 10)
 	reset := strconv.FormatInt(ceilSecs(d[3+3*j]), 10)
+	if set.ps[j].conc != nil {
+		reset = strconv.FormatInt(ceilSecs(d[2+3*j]), 10) // a cap's third number is its slot
+	}
 	if mode&headersLegacy != 0 {
 		h.Set("X-RateLimit-Limit", limit)
 		h.Set("X-RateLimit-Remaining", remaining)
@@ -75,8 +78,8 @@ func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
 	if mode&headersDraft07 != 0 {
 		p := set.ps[j]
 		burst := ";burst=" + strconv.FormatInt(int64(p.lim.burst), 10)
-		if p.quota != nil {
-			burst = "" // a quota has none
+		if p.quota != nil || p.conc != nil {
+			burst = "" // a quota and a cap have none
 		}
 		h.Set("RateLimit-Policy", limit+";w="+strconv.FormatInt(quotaSecs(p), 10)+burst)
 		h.Set("RateLimit", "limit="+limit+", remaining="+remaining+", reset="+reset)
@@ -171,6 +174,9 @@ func quotaExceeded(h http.Header, set *policySet, d []int64) []byte {
 		retry = 1
 	}
 	detail := "request quota exhausted for " + strings.Join(names, ", ") + "; retry after " + strconv.FormatInt(retry, 10) + " s"
+	if capsOnly(set, d) {
+		detail = "concurrency limit reached for " + strings.Join(names, ", ") + ": too many requests in flight; retry after " + strconv.FormatInt(retry, 10) + " s"
+	}
 	return problem(h, http.StatusTooManyRequests, problemQuota, "Too Many Requests", detail, names, retry)
 }
 
@@ -195,4 +201,15 @@ func quotaSecs(p *policy) int64 {
 	}
 	b := p.quota.window(quotaNow())
 	return windowSeconds(b[1], b[2])
+}
+
+// capsOnly reports whether every policy that refused decision d is a
+// concurrency cap.
+func capsOnly(set *policySet, d []int64) bool {
+	for i, p := range set.ps {
+		if d[2+3*i] > 0 && p.conc == nil {
+			return false
+		}
+	}
+	return true
 }

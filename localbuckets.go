@@ -63,6 +63,8 @@ type localBuckets struct {
 	now      func() int64 // monotonic ns (internal/clock); tests inject their own
 	perShard int          // buckets one shard holds at most
 	shards   []*localShard
+	heldMu   sync.Mutex
+	held     map[string]int64 // concurrency slots in flight by key (takeHeld), none at 0
 }
 
 // localShard is one shard of a store.
@@ -79,7 +81,7 @@ func newLocalBuckets(max int) *localBuckets {
 	if max < n {
 		n = max
 	}
-	lb := &localBuckets{now: clock.Mono, perShard: max / n}
+	lb := &localBuckets{now: clock.Mono, perShard: max / n, held: make(map[string]int64)}
 	for i := 0; i < n; i++ {
 		lb.shards = append(lb.shards, &localShard{tats: make(map[string]float64)})
 	}

@@ -73,8 +73,11 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	now := shared.now()
 	for _, p := range set.policies() {
 		p.m = shared.metrics.Policy(set.class, p.name, now)
-		if p.respCost != nil {
+		if p.respCost != nil && p.conc == nil {
 			atomic.StoreInt64(&p.m.Costed, 1)
+		}
+		if p.conc != nil {
+			atomic.StoreInt64(&p.m.Capped, 1)
 		}
 	}
 	hb, floor := t.hb, set.replicas

@@ -26,6 +26,7 @@ type policy struct {
 	lease      leaseShape      // the top level's and a plan's (Config.Lease); max 0: none
 	quota      *quotaShape     // a calendar quota (quota.go); nil: a rate
 	respCost   *costShape      // its owner's response cost (charge.go); nil: none
+	conc       *concShape      // a concurrency cap (concurrency.go); nil: none
 	m          *metrics.Policy // its counters (internal/metrics); set by New
 	// rule matching; the top-level policy matches everything
 	pathPrefix string
@@ -94,8 +95,8 @@ const maxRefillUS = 100 * usPerYear
 // regions): average/replicas over the same period, burst/replicas, each at
 // least one request's cost.
 func (p *policy) localShare(replicas int64) limit {
-	if p.quota != nil {
-		return p.lim // not counted without Redis: a bucket that refills at once (localQuotas)
+	if p.quota != nil || p.conc != nil {
+		return p.lim // not counted without Redis (localQuotas), or counted apart (takeHeld): a bucket that refills at once
 	}
 	if replicas < 1 {
 		replicas = 1

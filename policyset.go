@@ -45,6 +45,10 @@ type policySet struct {
 	// lease, when not nil, leases the set's requests (lease.go).
 	lease *leasing
 
+	// held when some policy is a concurrency cap (concurrency.go): cmd
+	// is called whole, its keys joined by joints (heldCall).
+	held bool
+
 	// Calendar quotas (quota.go): quotas when some policy is one; its
 	// call and RateLimit-Policy are then quotaV's (quotaCall), made
 	// again, for keys of keyLen bytes, when a window rolls over.
@@ -94,8 +98,9 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 	s.cmd = newCommand(ps, keyLen)
 	for _, p := range ps {
 		s.ownKeys = s.ownKeys || p.source != nil
+		s.held = s.held || p.conc != nil
 	}
-	if s.ownKeys {
+	if s.ownKeys || s.held {
 		s.joints = s.cmd.Joints()
 		s.cmd = s.cmd.Whole()
 	}
@@ -116,6 +121,11 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 			s.denied.shadow = append(s.denied.shadow, p.shadow)
 		}
 	}
+	if s.held {
+		for _, p := range ps {
+			s.denied.capped = append(s.denied.capped, p.conc != nil)
+		}
+	}
 	if s.shadow && len(enforce) > 0 {
 		s.enforce = newPolicySet(enforce, keyLen)
 	}
@@ -129,7 +139,7 @@ func withHeaders(s *policySet, headers int) *policySet {
 		withHeaders(s.enforce, headers)
 	}
 	// A rate and its quotas: plain too (serveQuotas).
-	s.plain = !s.costed && (headers == 0 || headers == headersIETF) && (len(s.ps) == 1 && !s.quotas || quotasAfter(s.ps))
+	s.plain = !s.costed && !s.held && (headers == 0 || headers == headersIETF) && (len(s.ps) == 1 && !s.quotas || quotasAfter(s.ps))
 	if s.plain && headers == headersIETF && !s.quotas {
 		s.policyValue = []string{s.policyHeader}
 		s.rPrefix = s.quoted[0] + ";r="
@@ -218,7 +228,7 @@ func withGroups(s *policySet, keyLen int) {
 			continue
 		}
 		ps, pos := []*policy{p}, []int{i}
-		for i+1 < len(s.ps) && s.ps[i+1].quota != nil && s.ps[i+1].source == p.source {
+		for i+1 < len(s.ps) && (s.ps[i+1].quota != nil || s.ps[i+1].conc != nil) && s.ps[i+1].source == p.source {
 			i++
 			ps, pos = append(ps, s.ps[i]), append(pos, i)
 		}
@@ -252,6 +262,9 @@ func policyHeader(ps []*policy) string {
 
 // policyItem is p's item in RateLimit-Policy, its window w seconds long.
 func policyItem(p *policy, w int64) string {
+	if p.conc != nil {
+		return `"` + p.name + `";q=` + strconv.FormatInt(p.average, 10) + `;qu="concurrent-requests"`
+	}
 	return `"` + p.name + `";q=` + strconv.FormatInt(p.average, 10) + ";w=" + strconv.FormatInt(w, 10)
 }
 
@@ -309,7 +322,7 @@ func quotaViewAt(s *policySet, now time.Time) *quotaView {
 		}
 	}
 	v.cmd = redis.NewCommand(bucket, parts.lens, parts.suffixes, parts.args, checkDecision)
-	if s.ownKeys {
+	if s.ownKeys || s.held {
 		v.cmd = v.cmd.Whole()
 	}
 	v.policyHeader = strings.Join(items, ", ")

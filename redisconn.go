@@ -72,6 +72,15 @@ func commandParts(ps []*policy, keyLen int) cmdParts {
 		if p.source != nil {
 			n = clientKeyLen
 		}
+		if p.conc != nil { // key#member (heldCall), the cap, maxDuration
+			if p.conc.class != "" {
+				n = len(p.conc.class)
+			}
+			c.lens = append(c.lens, n+1+memberLen)
+			c.suffixes = append(c.suffixes, p.keySuffix)
+			c.args = append(c.args, "0", strconv.FormatInt(p.conc.max, 10), strconv.FormatInt(p.conc.durUS, 10))
+			continue
+		}
 		c.lens = append(c.lens, n)
 		c.suffixes = append(c.suffixes, p.keySuffix)
 		if p.quota != nil { // -limit, the windows (quotaViewAt), cost

@@ -46,6 +46,18 @@ func WritePolicies(w *bufio.Writer, pols []*Policy, classes []ClassRow) {
 			series(w, "tollgate_response_cost_errors_total", atomic.LoadInt64(&p.CostDropped), "class", p.Class, "policy", p.Name, "reason", "dropped")
 		}
 	}
+	head(w, "tollgate_concurrency_in_flight", "gauge", "Requests holding a slot of a concurrency cap on this pod now.")
+	for _, p := range pols {
+		if atomic.LoadInt64(&p.Capped) != 0 {
+			series(w, "tollgate_concurrency_in_flight", atomic.LoadInt64(&p.InFlight), "class", p.Class, "policy", p.Name)
+		}
+	}
+	head(w, "tollgate_concurrency_give_back_errors_total", "counter", "Concurrency slots not given back (Redis did not take the give-back, or the queue was full): held until maxDuration.")
+	for _, p := range pols {
+		if atomic.LoadInt64(&p.Capped) != 0 {
+			series(w, "tollgate_concurrency_give_back_errors_total", atomic.LoadInt64(&p.HeldLost), "class", p.Class, "policy", p.Name)
+		}
+	}
 	head(w, "tollgate_fallback_replicas", "gauge", "The number of pods the local fallback divides a class's limits by (heartbeat count, or replicas).")
 	for _, c := range classes {
 		series(w, "tollgate_fallback_replicas", c.N, "class", c.Name)

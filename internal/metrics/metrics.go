@@ -88,6 +88,10 @@ type Policy struct {
 	// refused, charges failed and dropped (a full queue).
 	Costed                                            int64 // 1: reads a response cost (atomic)
 	CostCharged, CostInvalid, CostFailed, CostDropped int64
+	// Concurrency caps, when Capped: requests holding a slot on this pod
+	// now; give-backs that failed or were dropped (their slots held
+	// until maxDuration).
+	Capped, InFlight, HeldLost int64
 
 	seen    int64 // the last New that compiled it, monotonic ns
 	total   int64 // the sum of N when last looked at

@@ -1,0 +1,490 @@
+package tollgate
+
+// Concurrency caps (Config.Concurrency): at most max requests in flight
+// across every replica, per client or per owner as a whole.
+//
+// A cap is one more policy of its owner's sets (after the owner's
+// quotas), charged in the same script call as the rates, all or nothing:
+// its key is a sorted set of slots, <client or class key><owner
+// suffix>}c, each slot a member scored by its deadline (Redis's TIME +
+// maxDuration), swept by every take, so that a pod that dies holding
+// slots holds them at most maxDuration. The member is the pod's own
+// (18 digits: 6 random to the process, then a counter), written into
+// the call after the key (key#member), so that a pod gives back a slot
+// whose take's reply it never read: the give-back (costs.go's queue, off
+// the response's path) removes the member or, when the take has not run
+// yet, leaves a tombstone (}c}r) that the take honours. A set with a cap
+// is called whole (redis.Command.Whole): the caller writes every key.
+//
+// Redis unavailable, each pod caps the key itself at max over the pods
+// counted (at least 1), in its local store; failureMode closed answers
+// 503 as for rates.
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	mrand "math/rand"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redis"
+)
+
+// concShape is a compiled Concurrency.
+type concShape struct {
+	max   int64
+	class string // the owner's class key (key: class): tg{c:<class>}; "" per client
+	durUS int64  // maxDuration, µs
+}
+
+const (
+	maxConcurrency     = 1000000
+	defaultMaxDuration = 60 * time.Second
+	maxHoldDuration    = 24 * time.Hour
+	memberLen          = 18 // heldBase's digits
+	// concRetryMS is a full cap's wait: slots free as requests end, so a
+	// client is told to come back in a second (Retry-After: 1).
+	concRetryMS = 1000
+)
+
+// compileConcurrency compiles c, owned by owner (nil: the top level
+// without a rate, failClosed and shadow given), named field in errors:
+// its name (default: ownerName for a cap alone, else ownerName +
+// "-concurrency") may not be one of names.
+func compileConcurrency(field string, c *Concurrency, owner *policy, class, ownerName, suffix string, failClosed, shadow bool, names map[string]bool) (*policy, error) {
+	if c.Max <= 0 || c.Max > maxConcurrency {
+		return nil, fmt.Errorf("%s.max: %d must be from 1 to %d", field, c.Max, maxConcurrency)
+	}
+	shape := &concShape{max: c.Max, durUS: int64(defaultMaxDuration / time.Microsecond)}
+	switch strings.ToLower(strings.TrimSpace(c.Key)) {
+	case "", "client":
+	case "class":
+		shape.class = keyPrefix + "c:" + class + "}"
+	default:
+		return nil, fmt.Errorf("%s.key: %q is not client or class", field, c.Key)
+	}
+	if strings.TrimSpace(c.MaxDuration) != "" {
+		d, err := positiveDuration(field+".maxDuration", c.MaxDuration)
+		if err != nil {
+			return nil, err
+		}
+		if d > maxHoldDuration || d < time.Millisecond {
+			return nil, fmt.Errorf("%s.maxDuration: %q must be from 1ms to %s", field, c.MaxDuration, maxHoldDuration)
+		}
+		shape.durUS = int64(d / time.Microsecond)
+	}
+	name := c.Name
+	if name == "" {
+		name = ownerName
+		if owner != nil {
+			name += "-concurrency"
+		}
+	}
+	if err := checkName(field+".name", name); err != nil {
+		return nil, err
+	}
+	if names[name] && (owner != nil || name != class) || owner != nil && owner.name == name { // a cap alone may take the class's name
+		return nil, fmt.Errorf("%s.name: %q is used twice (caps, quotas, plans, rules and the class share one namespace)", field, name)
+	}
+	var source *sourceCriterion
+	if owner != nil {
+		failClosed, shadow, source = owner.failClosed, owner.shadow, owner.source
+	}
+	p := &policy{
+		name:       name,
+		keySuffix:  suffix + "}c",
+		lim:        limit{interval: 1e-3, burst: float64(c.Max), cost: 1},
+		average:    c.Max,
+		periodSecs: 1,
+		failClosed: failClosed,
+		shadow:     shadow,
+		source:     source,
+		conc:       shape,
+	}
+	p.shard = p.lim
+	return p, nil
+}
+
+// compileAllConcurrency compiles the caps of the top level, the plans
+// (unset: the top level's) and the rules into s, each after its owner's
+// quotas.
+func compileAllConcurrency(cfg *Config, s *settings, topClosed bool) error {
+	if !hasAnyConcurrency(cfg) {
+		return nil
+	}
+	switch {
+	case s.shards > 1:
+		return errors.New("concurrency: not with shards (a client's slots are one sorted set)")
+	case cfg.Region != nil:
+		return errors.New("concurrency: not with regions (each region's Redis would count its own slots)")
+	}
+	taken := map[string]bool{s.class: true}
+	for _, p := range s.policies() {
+		taken[p.name] = true
+	}
+	for n := range s.planIndex {
+		taken[n] = true
+	}
+	var topCap *policy
+	if c := cfg.Concurrency; c != nil {
+		p, err := compileConcurrency("concurrency", c, s.top, s.class, s.class, "", topClosed, cfg.Shadow, taken)
+		if err != nil {
+			return err
+		}
+		taken[p.name] = true
+		s.topQuotas = append(s.topQuotas, p)
+		topCap = p
+	}
+	if s.planQuotas == nil {
+		s.planQuotas = make([][]*policy, len(s.plans))
+	}
+	for i, pl := range cfg.Plans {
+		field, c := fmt.Sprintf("plans[%d].concurrency", i), pl.Concurrency
+		if c == nil {
+			field, c = "concurrency", cfg.Concurrency // the top level's, counted per plan
+		}
+		owner := s.plans[i]
+		if c == nil || owner == nil {
+			if owner == nil && pl.Concurrency != nil {
+				return fmt.Errorf("%s: the plan is unlimited, its cap would limit nothing: set average, or no concurrency", field)
+			}
+			continue
+		}
+		own := map[string]bool{}
+		for n := range taken {
+			own[n] = true
+		}
+		for _, q := range s.planQuotas[i] {
+			own[q.name] = true
+		}
+		suffix := owner.keySuffix
+		if pl.Concurrency == nil && topCap != nil {
+			// The top level's cap, counted for the plan's clients as for
+			// everyone else's: its name, its slots.
+			inherited := *c
+			inherited.Name = topCap.name
+			c, suffix = &inherited, ""
+			delete(own, topCap.name)
+		}
+		p, err := compileConcurrency(field, c, owner, s.class, owner.name, suffix, false, false, own)
+		if err != nil {
+			return err
+		}
+		s.planQuotas[i] = append(s.planQuotas[i], p)
+	}
+	if s.ruleQuotas == nil {
+		s.ruleQuotas = make([][]*policy, len(s.rules))
+	}
+	for i, r := range s.rules {
+		c := cfg.Rules[i].Concurrency
+		if c == nil {
+			continue
+		}
+		p, err := compileConcurrency(fmt.Sprintf("rules[%d].concurrency", i), c, r, s.class, r.name, r.keySuffix, false, false, taken)
+		if err != nil {
+			return err
+		}
+		taken[p.name] = true
+		s.ruleQuotas[i] = append(s.ruleQuotas[i], p)
+	}
+	return nil
+}
+
+// checkConcurrency refuses caps that a Redis Cluster cannot take in one
+// script: a class's (its key is in another slot than its clients') and
+// any beside rules keyed their own way (charged group by group).
+func checkConcurrency(s *settings) error {
+	if s.redis.mode != redis.Cluster {
+		return nil
+	}
+	for _, p := range s.policies() {
+		if p.conc == nil {
+			continue
+		}
+		if p.conc.class != "" {
+			return fmt.Errorf("concurrency (%s): key class is not for a Redis Cluster (the class's slots and its clients' buckets live in different slots): use key client, or a standalone or Sentinel Redis", p.name)
+		}
+		if s.ownKeys {
+			return fmt.Errorf("concurrency (%s): not beside rules keyed their own way in a Redis Cluster (their buckets are charged in calls of their own)", p.name)
+		}
+	}
+	return nil
+}
+
+// hasAnyConcurrency reports whether cfg sets a cap anywhere.
+func hasAnyConcurrency(cfg *Config) bool {
+	if cfg.Concurrency != nil {
+		return true
+	}
+	for _, p := range cfg.Plans {
+		if p.Concurrency != nil {
+			return true
+		}
+	}
+	for _, r := range cfg.Rules {
+		if r.Concurrency != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// capped reports whether s has a concurrency cap.
+func (s *settings) capped() bool {
+	for _, p := range s.policies() {
+		if p.conc != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// heldBase and heldSeq make this process's slot members: 18 digits, 6
+// random to the process (a restarted pod never gives back another's
+// slot), then a counter.
+var (
+	heldBase = newHeldBase()
+	heldSeq  int64
+)
+
+// newHeldBase returns heldBase: from 1e17 to 1e18 - 1e12, a multiple of
+// 1e12.
+func newHeldBase() int64 {
+	b := make([]byte, 4)
+	n := int64(0)
+	if _, err := rand.Read(b); err == nil {
+		n = int64(binary.BigEndian.Uint32(b) % 900000)
+	} else {
+		n = mrand.Int63n(900000) // seeded at random by the runtime
+	}
+	return (100000 + n) * 1000000000000
+}
+
+// newMember returns a new slot member of this process.
+func newMember() string {
+	return strconv.FormatInt(heldBase+atomic.AddInt64(&heldSeq, 1)%1000000000000, 10)
+}
+
+// heldKeys returns each policy's key for a request over set (a set with
+// a cap) of client key: a class cap's class key, a rule keyed its own
+// way its own client key, else key. A cap's slots are its key and its
+// suffix.
+func heldKeys(t *Tollgate, set *policySet, req *http.Request, key string) []string {
+	var keys []string
+	if set.ownKeys {
+		keys = clientKeys(t, set, req, key)
+	} else {
+		keys = make([]string, len(set.ps))
+		for i := range keys {
+			keys[i] = key
+		}
+	}
+	for i, p := range set.ps {
+		if p.conc != nil && p.conc.class != "" {
+			keys[i] = p.conc.class
+		}
+	}
+	return keys
+}
+
+// heldCall writes the call of set's keys for member: each key, a cap's
+// followed by #member, joined by set.joints.
+func heldCall(set *policySet, keys []string, member string) string {
+	b := make([]byte, 0, 48*len(keys))
+	for i, p := range set.ps {
+		if i > 0 {
+			b = append(b, set.joints[i-1]...)
+		}
+		b = append(b, keys[i]...)
+		if p.conc != nil {
+			b = append(append(b, '#'), member...)
+		}
+	}
+	return string(b)
+}
+
+// callHeld is decideAny's Redis call over set, a set with a cap (key: the
+// client key, call: the deny cache's key, cmd: the set's call now). A
+// call that may have reached Redis and failed has its slots given back.
+func callHeld(t *Tollgate, set *policySet, req *http.Request, key, call string, cmd *redis.Command, d []int64) int {
+	keys := heldKeys(t, set, req, key)
+	member := newMember()
+	if err := redisCheck(t.be, cmd, heldCall(set, keys, member), d, &t.set.redis, t.hb); err != nil {
+		if err != errBreakerOpen && err != redis.ErrDialFailed && err != redis.ErrNoRoute && err != redis.ErrQueueFull {
+			returnSlots(t, set, keys, nil, member) // the script may run yet: a tombstone refuses it
+		}
+		if set.ownKeys {
+			return fallbackOwn(t, set, req, key, d)
+		}
+		return fallback(t, set, key, d)
+	}
+	if d[0] != 1 {
+		set.denied.remember(call, d)
+	}
+	return decidedRedis
+}
+
+// serveNext calls next for a request admitted over set: the slots of
+// held's caps (decision hd, decided hhow; held nil: none) held while it
+// runs and given back when it returns, panics included; its response's
+// cost charged after it.
+func (t *Tollgate) serveNext(rw http.ResponseWriter, req *http.Request, set, held *policySet, hd []int64, hhow int) {
+	var keys []string
+	if set.costed {
+		keys = chargeKeys(t, req, set) // before next, which may change req (a middleware that strips the key)
+	}
+	if held != nil && held.held && (hhow == decidedRedis || hhow == decidedLocal) {
+		hk := heldKeys(t, held, req, clientKey(t.set.class, t.set.source.identity(req)))
+		for _, p := range held.ps {
+			if p.conc != nil {
+				atomic.AddInt64(&p.m.InFlight, 1)
+			}
+		}
+		defer release(t, held, hk, hd, hhow)
+	}
+	t.next.ServeHTTP(rw, req)
+	if keys != nil {
+		t.chargeResponse(rw, set, keys)
+	}
+}
+
+// release gives back the slots of a request admitted over set (keys:
+// heldKeys, decision d, decided how): to the local store, or queued for
+// Redis.
+func release(t *Tollgate, set *policySet, keys []string, d []int64, how int) {
+	for _, p := range set.ps {
+		if p.conc != nil {
+			atomic.AddInt64(&p.m.InFlight, -1)
+		}
+	}
+	if how == decidedLocal {
+		for i, p := range set.ps {
+			if p.conc != nil {
+				t.local.unhold(keys[i] + p.keySuffix)
+			}
+		}
+		return
+	}
+	returnSlots(t, set, keys, d, "")
+}
+
+// returnSlots queues the give-back of set's slots under keys: member's, or
+// (member "") each cap's member in decision d.
+func returnSlots(t *Tollgate, set *policySet, keys []string, d []int64, member string) {
+	var c *charge
+	for i, p := range set.ps {
+		if p.conc == nil {
+			continue
+		}
+		m := member
+		if m == "" {
+			m = strconv.FormatInt(d[3+3*i], 10)
+		}
+		if c == nil {
+			c = &charge{held: p.m}
+		}
+		c.keys = append(c.keys, keys[i]+p.keySuffix)
+		c.args = append(c.args, "0", m, strconv.FormatInt((p.conc.durUS+999)/1000, 10))
+		c.amounts = append(c.amounts, 0)
+	}
+	if c != nil {
+		chargesOf(t.be).add(c)
+	}
+}
+
+// takeHeld is takeLocal for a set with caps (lims: its local shapes for
+// n pods): each cap's slot taken in the local store, at most max/n (at
+// least 1) per key, before the buckets; a full cap refuses and charges
+// nothing (its rates' items show their local burst), a bucket's refusal
+// gives the slots back.
+func takeHeld(t *Tollgate, set *policySet, keys []string, lims []limit, n int64, d []int64) int {
+	lb := t.local
+	caps := make([]int64, len(set.ps))
+	ck := make([]string, len(set.ps))
+	for i, p := range set.ps {
+		if p.conc == nil {
+			continue
+		}
+		caps[i] = p.conc.max / n
+		if caps[i] < 1 {
+			caps[i] = 1
+		}
+		ck[i] = keys[i]
+		if p.conc.class != "" {
+			ck[i] = p.conc.class + p.keySuffix
+		}
+	}
+	full := lb.hold(ck, caps, d)
+	if full >= 0 {
+		d[0] = 0
+		for i, p := range set.ps {
+			if p.conc == nil {
+				d[1+3*i], d[2+3*i], d[3+3*i] = int64(lims[i].burst), 0, 0
+			}
+		}
+		d[2+3*full] = concRetryMS
+		return decidedLocal
+	}
+	left := append([]int64(nil), d...) // hold's slots left, by cap
+	t.local.take(keys, lims, d)
+	if set.quotas {
+		localQuotas(set, d)
+	}
+	for i, p := range set.ps {
+		if p.conc != nil {
+			d[1+3*i], d[2+3*i], d[3+3*i] = left[1+3*i], 0, 0
+			if d[0] != 1 {
+				lb.unhold(ck[i])
+				d[1+3*i]++
+			}
+		}
+	}
+	return decidedLocal
+}
+
+// hold takes a slot of every key of keys that is not "" (at most caps[i]
+// held at once), all or none; d receives each one's slots left. It
+// returns the index of a full one (none taken), or -1.
+func (lb *localBuckets) hold(keys []string, caps []int64, d []int64) int {
+	lb.heldMu.Lock()
+	defer lb.heldMu.Unlock()
+	for i, k := range keys {
+		if k != "" && lb.held[k] >= caps[i] {
+			for j, kj := range keys {
+				if kj != "" {
+					d[1+3*j] = caps[j] - lb.held[kj]
+					if d[1+3*j] < 0 {
+						d[1+3*j] = 0
+					}
+				}
+			}
+			return i
+		}
+	}
+	for i, k := range keys {
+		if k != "" {
+			lb.held[k]++
+			d[1+3*i] = caps[i] - lb.held[k]
+			if d[1+3*i] < 0 {
+				d[1+3*i] = 0
+			}
+		}
+	}
+	return -1
+}
+
+// unhold gives back a slot of key taken by hold.
+func (lb *localBuckets) unhold(key string) {
+	lb.heldMu.Lock()
+	if lb.held[key] <= 1 {
+		delete(lb.held, key)
+	} else {
+		lb.held[key]--
+	}
+	lb.heldMu.Unlock()
+}
