@@ -100,3 +100,40 @@ func TestConcurrencyOfARuleKeyedItsOwnWay(t *testing.T) {
 	done.Wait()
 	settle(t, h)
 }
+
+func TestConcurrencyInACluster(t *testing.T) {
+	// Per-client caps in a Redis Cluster: each client's slots in its own
+	// slot's node, given back call by call, many clients at once.
+	addr := redistest.StartCluster(t)
+	g := newGate()
+	h := capHandler(t, addr, g, Concurrency{Max: 2}, func(c *Config) {
+		c.Average, c.Period, c.Burst = 1000, "1m", 1000
+		c.Redis.Mode = "cluster"
+	})
+	h.next = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	redistest.WaitFor(t, func() bool { return serve(h, "warm").Header().Get("X-Decision") == "redis" }, "the cluster's slots known")
+	settle(t, h)
+	h.next = g
+	recs, done := burst(h, g, 40, func(i int) string { return fmt.Sprint("client-", i%10) })
+	waitArrived(t, g, 20)
+	waitRefused(t, recs, 20)
+	if n := atomic.LoadInt64(&g.in); n != 20 {
+		t.Errorf("%d in flight, want 2 for each of 10 clients", n)
+	}
+	close(g.open)
+	done.Wait()
+	settle(t, h)
+	// Every slot came back: each client holds 2 at once again.
+	g2 := newGate()
+	h.next = g2
+	recs, done = burst(h, g2, 40, func(i int) string { return fmt.Sprint("client-", i%10) })
+	waitArrived(t, g2, 20)
+	waitRefused(t, recs, 20)
+	close(g2.open)
+	done.Wait()
+	for _, r := range recs {
+		if d := r.Header().Get("X-Decision"); d != "redis" {
+			t.Errorf("decided by %q, want redis", d)
+		}
+	}
+}
