@@ -11,10 +11,12 @@ package tollgate
 // slots holds them at most maxDuration. The member is the pod's own
 // (18 digits: 6 random to the process, then a counter), written into
 // the call after the key (key#member), so that a pod gives back a slot
-// whose take's reply it never read: the give-back (costs.go's queue, off
-// the response's path) removes the member or, when the take has not run
-// yet, leaves a tombstone (}c}r) that the take honours. A set with a cap
-// is called whole (redis.Command.Whole): the caller writes every key.
+// whose take's reply it never read. A give-back (the charge script's)
+// removes the member or, when the take has not run yet, leaves a
+// tombstone (}c}r) that the take honours; it is sent when next returns,
+// before the handler does (giveNow), and queued on costs.go's queue when
+// Redis does not take it then. A set with a cap is called whole
+// (redis.Command.Whole): the caller writes every key.
 //
 // Redis unavailable, each pod caps the key itself at max over the pods
 // counted (at least 1), in its local store; failureMode closed answers
@@ -370,12 +372,43 @@ func release(t *Tollgate, set *policySet, keys []string, d []int64, how int) {
 		}
 		return
 	}
-	returnSlots(t, set, keys, d, "")
+	c := slotsCharge(set, keys, d, "")
+	if c != nil && !giveNow(t.be.rc, c, t.set.redis.timeout) {
+		chargesOf(t.be).add(c) // tried again off the path: a second give-back is harmless
+	}
 }
 
-// returnSlots queues the give-back of set's slots under keys: member's, or
-// (member "") each cap's member in decision d.
+// giveNow sends give-back c and reports whether Redis took it within
+// timeout. It runs before ServeHTTP returns, while the client has not yet
+// got the whole response (its last bytes are flushed when the handler
+// returns): so a client that sends its next request once the last ended
+// finds the slot free. It costs a capped request one round trip after
+// next (pipelined on shared connections).
+func giveNow(rc *redis.Client, c *charge, timeout time.Duration) bool {
+	d := make([]int64, 1)
+	if rc.Mode() != redis.Cluster {
+		return rc.Check(chargeCommand([]*charge{c}, -1), "", d, timeout) == nil
+	}
+	ok := true
+	for i, k := range c.keys {
+		if rc.Check(chargeCommand([]*charge{c}, i), k, d, timeout) != nil {
+			ok = false
+		}
+	}
+	return ok
+}
+
+// returnSlots queues the give-back of set's slots under keys (member: see
+// slotsCharge).
 func returnSlots(t *Tollgate, set *policySet, keys []string, d []int64, member string) {
+	if c := slotsCharge(set, keys, d, member); c != nil {
+		chargesOf(t.be).add(c)
+	}
+}
+
+// slotsCharge is the give-back of set's slots under keys: member's, or
+// (member "") each cap's member in decision d; nil when set has no cap.
+func slotsCharge(set *policySet, keys []string, d []int64, member string) *charge {
 	var c *charge
 	for i, p := range set.ps {
 		if p.conc == nil {
@@ -392,9 +425,7 @@ func returnSlots(t *Tollgate, set *policySet, keys []string, d []int64, member s
 		c.args = append(c.args, "0", m, strconv.FormatInt((p.conc.durUS+999)/1000, 10))
 		c.amounts = append(c.amounts, 0)
 	}
-	if c != nil {
-		chargesOf(t.be).add(c)
-	}
+	return c
 }
 
 // takeHeld is takeLocal for a set with caps (lims: its local shapes for

@@ -310,3 +310,15 @@ func TestConcurrencyConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestConcurrencySequentialClientIsNeverRefused(t *testing.T) {
+	// One request at a time under a cap of 1: each finds its slot free,
+	// the last one's given back before its response was complete.
+	addr := redistest.Start(t)
+	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), Concurrency{Max: 1}, nil)
+	for i := 0; i < 50; i++ {
+		if rec := serve(h, "k"); rec.Code != http.StatusOK {
+			t.Fatalf("sequential request %d: %d %s, want 200 (the one before gave its slot back)", i, rec.Code, rec.Body.String())
+		}
+	}
+}

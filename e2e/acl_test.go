@@ -162,6 +162,27 @@ func TestReadmeACLInEveryMode(t *testing.T) {
 				}
 				noDenials(t, d.data, "checks and heartbeats")
 
+				// A concurrency cap's take (SREM, ZREMRANGEBYSCORE, ZCARD,
+				// ZADD, PEXPIRE in the script) and give-back (ZREM).
+				hc := e.handler(e.pod(), "aclcap@file", topoOpts(o, "class", "aclcap", "average", 60, "period", "1h", "burst", 5,
+					"concurrency", map[string]interface{}{"max": 2}))
+				waitDecidedByRedis(t, hc, 5*time.Second)
+				if n := hammer(t, hc, run+"-cap", 3); n != 3 {
+					t.Fatalf("%d of 3 sequential requests under a cap of 2 admitted, want 3 (each gives its slot back)", n)
+				}
+				var zrems int64
+				for deadline := time.Now().Add(3 * time.Second); zrems == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+					zrems = 0
+					for _, n := range d.data {
+						c, _ := n.Calls("zrem")
+						zrems += c
+					}
+				}
+				if zrems == 0 {
+					t.Fatalf("no give-back ran (ZREM) (ACL LOG %v)", aclDenialsAll(t, d.data))
+				}
+				noDenials(t, d.data, "a concurrency cap's takes and give-backs")
+
 				// The breaker: the user is refused for a while (AUTH fails,
 				// its connections are killed), checks fall back and open the
 				// breaker; the user comes back, and the prober's PING closes
