@@ -37,7 +37,10 @@ func heldFleet(t *testing.T, n int, redisArgs []string, conf func(addr string, h
 	}
 	fe := fleetIn(t, dir, n, conf(r.Addr, hb), routers...)
 	fe.redis = r
-	t.Cleanup(hb.Close) // before the replicas stop: they wait for requests in flight
+	t.Cleanup(func() { // before the replicas stop, which wait for their connections
+		hb.Close()
+		heldClient.CloseIdleConnections()
+	})
 	return fe, hb
 }
 
