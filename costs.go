@@ -152,15 +152,26 @@ func (q *chargeQueue) sendBatch(batch []*charge) {
 		}
 		return
 	}
+	// Every charge at once: the calls of one node share its connections'
+	// pipelines, so that the queue drains at the pace of many calls, not
+	// of one round trip each (a concurrency cap gives back a slot per
+	// request).
+	var wg sync.WaitGroup
 	for _, c := range batch {
-		res := 0
-		for i, k := range c.keys {
-			if q.rc.Check(chargeCommand([]*charge{c}, i), k, d, chargeTimeout) != nil {
-				res = 1
+		wg.Add(1)
+		go func(c *charge) {
+			defer wg.Done()
+			cd := make([]int64, 1)
+			res := 0
+			for i, k := range c.keys {
+				if q.rc.Check(chargeCommand([]*charge{c}, i), k, cd, chargeTimeout) != nil {
+					res = 1
+				}
 			}
-		}
-		countCharge(c, res)
+			countCharge(c, res)
+		}(c)
 	}
+	wg.Wait()
 }
 
 // countCharge counts c under each policy it charges: 0 charged, 1 failed,
