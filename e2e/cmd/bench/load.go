@@ -90,7 +90,10 @@ func (b *bench) run(route string, conns int, script string) (wrkResult, error) {
 		return r, err
 	}
 	s0, _ := rd.ScriptCalls()
-	c0, _ := slotCalls(rd)
+	var c0 slotCounts
+	if route == capped {
+		c0, _ = slotCalls(rd)
+	}
 	m0, err0 := b.memStats()
 	cmd := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), "-d"+b.wrkDur.String(), "-s", script, b.traefik.URL("/"+route))
 	out, err := cmd.CombinedOutput()
