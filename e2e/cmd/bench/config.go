@@ -22,6 +22,7 @@ var labels = map[string]string{
 	"empty":    "empty interpreted middleware",
 	leased:     "Tollgate with leases",
 	quota:      "Tollgate with a quota",
+	capped:     "Tollgate with a cap",
 }
 
 // leased is the route of Tollgate with leases (leaseMax), configured as
@@ -110,12 +111,12 @@ var (
 
 // dynamicConf is the routers and their limiters, l's limits in each (the
 // empty middleware refuses all in rejectMost, else passes all); leasedAddr
-// is /leased's Redis, quotaAddr /quota's; beforeAddr is the Redis of
+// is /leased's Redis, quotaAddr /quota's, cappedAddr /capped's; beforeAddr is the Redis of
 // Tollgate at the earlier revision ("": no such route), configured as
 // Tollgate is.
-func dynamicConf(redisAddr, leasedAddr, quotaAddr, beforeAddr string, l limits) map[string]interface{} {
+func dynamicConf(redisAddr, leasedAddr, quotaAddr, cappedAddr, beforeAddr string, l limits) map[string]interface{} {
 	routers := map[string]interface{}{}
-	for _, r := range append(append([]string(nil), routes...), leased, quota) {
+	for _, r := range append(append([]string(nil), routes...), leased, quota, capped) {
 		rt := map[string]interface{}{"rule": "PathPrefix(`/" + r + "`)", "service": "backend", "entryPoints": []interface{}{"web"}}
 		if r != "none" {
 			rt["middlewares"] = []interface{}{r + "-limit"}
@@ -147,6 +148,7 @@ func dynamicConf(redisAddr, leasedAddr, quotaAddr, beforeAddr string, l limits) 
 		"tollgate-limit": tollgate("tollgate", redisAddr, nil),
 		"leased-limit":   tollgate("tollgate", leasedAddr, map[string]interface{}{"lease": map[string]interface{}{"max": leaseMax}}),
 		"quota-limit":    tollgate("tollgate", quotaAddr, map[string]interface{}{"quotas": quotaConf()}),
+		"capped-limit":   tollgate("tollgate", cappedAddr, map[string]interface{}{"concurrency": cappedConf()}),
 		"minimal-limit": map[string]interface{}{"plugin": map[string]interface{}{"minimal": map[string]interface{}{
 			"average": l.average, "period": l.period, "burst": l.burst, "redis": redisAddr,
 		}}},
@@ -165,6 +167,7 @@ type bench struct {
 	redis   *e2e.Redis
 	leased  *e2e.Redis // Tollgate with leases' alone
 	quota   *e2e.Redis // Tollgate with a quota's alone
+	capped  *e2e.Redis // Tollgate with a cap's alone
 	before  *e2e.Redis // Tollgate at the earlier revision's alone (nil without -before)
 	fleet   *e2e.Fleet
 	traefik *e2e.Traefik
@@ -178,7 +181,7 @@ type bench struct {
 }
 
 // redisOf is the Redis that route's limiter uses: the earlier revision's,
-// Tollgate with leases and Tollgate with a quota have one each, so that
+// Tollgate with leases, with a quota and with a cap have one each, so that
 // their keys, connections and command counts (a lease's give-back after a
 // run included) are their own; the others share b.redis.
 func (b *bench) redisOf(route string) *e2e.Redis {
@@ -189,6 +192,8 @@ func (b *bench) redisOf(route string) *e2e.Redis {
 		return b.leased
 	case quota:
 		return b.quota
+	case capped:
+		return b.capped
 	}
 	return b.redis
 }
@@ -198,12 +203,12 @@ func (b *bench) redisOf(route string) *e2e.Redis {
 // empty middleware refuses or passes as l says.
 func (b *bench) apply(l limits) error {
 	beforeAddr := ""
-	probes := []string{"/tollgate", "/" + leased, "/" + quota, "/minimal", "/empty"}
+	probes := []string{"/tollgate", "/" + leased, "/" + quota, "/" + capped, "/minimal", "/empty"}
 	if b.before != nil {
 		beforeAddr = b.before.Addr
 		probes = append(probes, "/before")
 	}
-	if err := b.fleet.WriteDynamic(dynamicConf(b.redis.Addr, b.leased.Addr, b.quota.Addr, beforeAddr, l)); err != nil {
+	if err := b.fleet.WriteDynamic(dynamicConf(b.redis.Addr, b.leased.Addr, b.quota.Addr, b.capped.Addr, beforeAddr, l)); err != nil {
 		return err
 	}
 	want := fmt.Sprintf(";q=%d;", l.average)

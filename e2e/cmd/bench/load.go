@@ -27,11 +27,12 @@ type wrkResult struct {
 	redisCmds    int64
 	redisBytes   int64
 	redisScripts int64
-	tgConns      int      // connections named tollgate, sampled during the run
-	minConns     int      // named minimal (the reference limiter's), sampled alike
-	otherConns   int      // the others (Traefik's Redis limiter's), sampled alike
-	alloc        memStats // Traefik's allocations over the run
-	allocOK      bool     // alloc was read
+	tgConns      int        // connections named tollgate, sampled during the run
+	minConns     int        // named minimal (the reference limiter's), sampled alike
+	otherConns   int        // the others (Traefik's Redis limiter's), sampled alike
+	alloc        memStats   // Traefik's allocations over the run
+	allocOK      bool       // alloc was read
+	slots        slotCounts // /capped's slots (slotCalls), else zero
 }
 
 // redisConns counts rd's connected clients: Tollgate's (CLIENT SETNAME
@@ -89,6 +90,10 @@ func (b *bench) run(route string, conns int, script string) (wrkResult, error) {
 		return r, err
 	}
 	s0, _ := rd.ScriptCalls()
+	var c0 slotCounts
+	if route == capped {
+		c0, _ = slotCalls(rd)
+	}
 	m0, err0 := b.memStats()
 	cmd := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), "-d"+b.wrkDur.String(), "-s", script, b.traefik.URL("/"+route))
 	out, err := cmd.CombinedOutput()
@@ -96,14 +101,22 @@ func (b *bench) run(route string, conns int, script string) (wrkResult, error) {
 		return r, fmt.Errorf("wrk: %v\n%s", err, out)
 	}
 	m1, err1 := b.memStats()
-	if route == leased {
+	switch route {
+	case leased:
 		time.Sleep(leaseSettle)
+	case capped:
+		time.Sleep(cappedSettle)
 	}
 	after, err := rd.Info("stats")
 	if err != nil {
 		return r, err
 	}
 	s1, _ := rd.ScriptCalls()
+	if route == capped {
+		c1, _ := slotCalls(rd)
+		c1.held, _ = heldSlots(rd)
+		r.slots = c1.sub(c0)
+	}
 	if err0 == nil && err1 == nil {
 		r.alloc = memStats{TotalAlloc: m1.TotalAlloc - m0.TotalAlloc, Mallocs: m1.Mallocs - m0.Mallocs}
 		r.allocOK = true

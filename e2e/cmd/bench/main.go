@@ -13,6 +13,9 @@
 //	           limit: 10^12, window: month}], nothing refused), on a Redis
 //	           of its own; in the nothing-rejected saturation runs only
 //	           (quota.go)
+//	/capped    Tollgate with a concurrency cap (concurrency: {max: 10^6,
+//	           key: client}, never full), on a Redis of its own; in the
+//	           nothing-rejected saturation runs only (capped.go)
 //	/minimal   the smallest limiter that makes one Redis round trip per
 //	           request (minimal/, a second local plugin, interpreted too):
 //	           what Tollgate costs above it is what its features cost
@@ -53,6 +56,10 @@
 //   - calendar quotas: Tollgate with a quota over without, each run's, in
 //     the nothing-rejected saturation runs, and its script calls and heap
 //     per request;
+//   - concurrency caps: Tollgate with a cap over without, each run's, in
+//     the nothing-rejected saturation runs, its script calls per request
+//     (taking a slot, giving slots back), commands and heap per request,
+//     and whether every slot taken was given back;
 //   - Redis memory per active key after -memkeys distinct keys through
 //     Traefik (INFO used_memory delta over DBSIZE, and MEMORY USAGE samples).
 //
@@ -130,6 +137,11 @@ func main() {
 		log.Fatal(err)
 	}
 	defer rq.Kill()
+	rc, err := e2e.StartRedis(dir) // Tollgate with a cap's
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rc.Kill()
 	if err := installMinimal(dir); err != nil {
 		log.Fatal(err)
 	}
@@ -145,12 +157,12 @@ func main() {
 		}
 		beforeAddr = rb.Addr
 	}
-	fleet, err := e2e.StartFleetWith(dir, 1, dynamicConf(r.Addr, rl.Addr, rq.Addr, beforeAddr, admitAll), pluginsStatic(rb != nil))
+	fleet, err := e2e.StartFleetWith(dir, 1, dynamicConf(r.Addr, rl.Addr, rq.Addr, rc.Addr, beforeAddr, admitAll), pluginsStatic(rb != nil))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer fleet.Stop()
-	b := &bench{dir: dir, redis: r, leased: rl, quota: rq, before: rb, fleet: fleet, traefik: fleet.Replicas[0], wrkDur: *wrkDur, conns: *conns,
+	b := &bench{dir: dir, redis: r, leased: rl, quota: rq, capped: rc, before: rb, fleet: fleet, traefik: fleet.Replicas[0], wrkDur: *wrkDur, conns: *conns,
 		script: filepath.Join(dir, "keys.lua"), hot: filepath.Join(dir, "hot.lua"), gc: *gc, profile: *profile}
 	if err := os.WriteFile(b.script, []byte(keysScript(*keys)), 0o644); err != nil {
 		log.Fatal(err)
@@ -158,7 +170,7 @@ func main() {
 	if err := os.WriteFile(b.hot, []byte(keysScript(*hotKeys)), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	routers := []string{leased + "@file", quota + "@file"}
+	routers := []string{leased + "@file", quota + "@file", capped + "@file"}
 	for _, rt := range routes {
 		routers = append(routers, rt+"@file")
 	}

@@ -70,7 +70,7 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 			res.rps[rt] = append(res.rps[rt], w.rps)
 			res.non2xxAdmit += w.non2xx
 			switch rt {
-			case "tollgate", "before", leased, quota:
+			case "tollgate", "before", leased, quota, capped:
 				res.conns64[rt] = append(res.conns64[rt], float64(w.tgConns))
 			case "minimal":
 				res.conns64[rt] = append(res.conns64[rt], float64(w.minConns))
@@ -84,6 +84,9 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 			}
 			if rt == quota {
 				res.quotaOneScript = append(res.quotaOneScript, w.requests > 0 && oneScriptEach(w, b.conns))
+			}
+			if rt == capped {
+				cappedRun(res, w)
 			}
 		} else {
 			res.rpsReject[rt] = append(res.rpsReject[rt], w.rps)
@@ -127,6 +130,7 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 		fmt.Printf("throughput, %s: Tollgate with leases / without %.2f (target >= %.1f), with leases / Traefik redis %.2f; script calls per request with leases %.3f\n",
 			passNames[pass], res.leasedVsTollgate[keysLoad][rep-1], targetVsWithout, res.leasedVsRedis[keysLoad][rep-1], at(res.scripts[leased], rep))
 		quotaRep(res, rep)
+		cappedRep(res, rep)
 	}
 	if enabled("before") {
 		res.vsBefore[pass] = append(res.vsBefore[pass], rps["tollgate"][rep-1]/rps["before"][rep-1])
@@ -138,7 +142,7 @@ func (b *bench) saturation(res *results, pass, rep int) error {
 				kb["tollgate"]/kb["before"], mallocs["tollgate"]/mallocs["before"])
 		}
 	}
-	for _, rt := range append(append([]string(nil), routes...), quota) {
+	for _, rt := range append(append([]string(nil), routes...), quota, capped) {
 		if _, ok := kb["none"]; !ok {
 			break // a read of /debug/vars failed
 		}

@@ -26,10 +26,10 @@ func quotaConf() []interface{} {
 // withQuota is rts with /quota next to /tollgate (beside).
 func withQuota(rts []string, rep int) []string { return beside(rts, rep, quota) }
 
-// admitOrder is the admitted pass's routes in rep: rts with /leased and
-// /quota, /quota next to /tollgate.
+// admitOrder is the admitted pass's routes in rep: rts with /leased,
+// /quota and /capped, /capped next to /tollgate.
 func admitOrder(rts []string, rep int) []string {
-	return withQuota(withLeased(rts, rep), rep)
+	return withCapped(withQuota(withLeased(rts, rep), rep), rep)
 }
 
 // quotaRep records rep's /quota over /tollgate and prints it, with

@@ -51,7 +51,7 @@ func TestQuotaConf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Kill()
-	opts := traefikOptions(t, dynamicConf(r.Addr, r.Addr, r.Addr, "", admitAll))
+	opts := traefikOptions(t, dynamicConf(r.Addr, r.Addr, r.Addr, r.Addr, "", admitAll))
 	options := opts["quota-limit"]
 	if options == nil || options["quotas"] == nil {
 		t.Fatalf("quota-limit: no quotas in %v", options)
@@ -112,15 +112,16 @@ func TestQuotaConf(t *testing.T) {
 	}
 }
 
-// TestAdmitOrder: in the admitted pass /quota runs right next to
-// /tollgate, after it in odd reps and before it in even ones, /leased as
-// TestWithLeased says; the hot-key pass has no /quota.
+// TestAdmitOrder: in the admitted pass /capped runs right next to
+// /tollgate, after it in odd reps and before it in even ones, then /quota,
+// /leased as TestWithLeased says; the hot-key pass has neither /quota nor
+// /capped.
 func TestAdmitOrder(t *testing.T) {
 	rts := []string{"none", "redis", "tollgate", "minimal"}
-	if got, want := admitOrder(rts, 1), []string{"none", "redis", "tollgate", quota, leased, "minimal"}; !reflect.DeepEqual(got, want) {
+	if got, want := admitOrder(rts, 1), []string{"none", "redis", "tollgate", capped, quota, leased, "minimal"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("rep 1: %v, want %v", got, want)
 	}
-	if got, want := admitOrder(rts, 2), []string{"none", "redis", leased, quota, "tollgate", "minimal"}; !reflect.DeepEqual(got, want) {
+	if got, want := admitOrder(rts, 2), []string{"none", "redis", leased, quota, capped, "tollgate", "minimal"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("rep 2: %v, want %v", got, want)
 	}
 	if got, want := admitOrder(rts, 3), admitOrder(rts, 1); !reflect.DeepEqual(got, want) {
@@ -128,8 +129,8 @@ func TestAdmitOrder(t *testing.T) {
 	}
 	for _, rep := range []int{1, 2} {
 		for _, rt := range hotOrder(rep) {
-			if rt == quota {
-				t.Errorf("hot, rep %d: %v has %s", rep, hotOrder(rep), quota)
+			if rt == quota || rt == capped {
+				t.Errorf("hot, rep %d: %v has %s", rep, hotOrder(rep), rt)
 			}
 		}
 	}

@@ -86,6 +86,12 @@ type results struct {
 	// call per request (oneScriptEach).
 	quotaVsTollgate stat
 	quotaOneScript  []bool
+
+	// Concurrency caps (capped.go): Tollgate with a cap over without, each
+	// run's, in the admitted pass; per request, its take calls and its
+	// give-back calls; each run's slots.
+	cappedVsTollgate, cappedTakes, cappedGives stat
+	cappedSlots                                []slotCounts
 }
 
 func newResults() *results {
@@ -159,6 +165,7 @@ func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Dura
 	b.WriteString("\n" + references(res))
 	b.WriteString("\n" + leasesMarkdown(res, keys, hotKeys))
 	b.WriteString("\n" + quotaMarkdown(res, keys))
+	b.WriteString("\n" + cappedMarkdown(res, keys))
 	b.WriteString("\nAllocations: Traefik's runtime.MemStats (expvar, /debug/vars) TotalAlloc and Mallocs over each saturation run, divided by the requests wrk completed; \"added\" subtracts no middleware's in the same run (negative when refusals, which skip the proxy to the backend, allocate less than a proxied request). GC share: a CPU profile of Traefik (/debug/pprof/profile) over each saturation run but its first and last second (every route's run is profiled alike; -gc=false turns it off); a sample is GC's when its stack holds a background mark worker, a mark assist, a write-barrier flush, sweeping, the scavenger or a GC phase change (gcFuncs in e2e/cmd/bench/alloc.go); allocating is runtime.mallocgc outside those.\n")
 	fmt.Fprintf(&b, "\nNon-2xx responses in the nothing-rejected runs: %d; failed requests in the fixed-rate runs: %d; in the sequential runs (errors and non-2xx): %d.\n", res.non2xxAdmit, res.errsFixed, res.errsSeq)
 	return b.String()

@@ -47,6 +47,7 @@ var stages = []stage{
 	{name: "ProbeServeOpen", what: "ServeHTTP, breaker open: the local fallback (everything)", core: true},
 	{name: "ProbeServeRefused", what: "ServeHTTP, refused from the deny cache (429, no Redis call)", core: true},
 	{name: "ProbeServeQuota", what: "ServeHTTP, admitted by Redis, a rate and a monthly quota (one call)"},
+	{name: "ProbeServeCapped", what: "ServeHTTP, admitted by Redis, a rate and a concurrency slot (one call; the give-back queued, sent in batches)"},
 	{name: "ProbeServeLukewarm", what: "ServeHTTP, admitted by Redis in a leasing middleware (a client too slow to lease)"},
 	{name: "ProbeServeLeased", what: "ServeHTTP, admitted from the pod's lease (no Redis call)"},
 	{name: "ProbeServeRegion", what: "ServeHTTP, admitted by Redis, in one of two regions (the share read in the script)"},
@@ -85,6 +86,7 @@ func main() {
 	files := map[string]string{"probe_core.go": coreSource, "probe_layout.go": layout}
 	if !*core {
 		files["probe_stages.go"] = stagesSource
+		files["probe_capped.go"] = cappedSource
 		files[filepath.Join("internal", "redis", "probe_stages.go")] = stagesClientSource
 	}
 	for name, src := range files {

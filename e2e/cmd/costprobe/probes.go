@@ -263,7 +263,7 @@ func ProbeStagesSetup() error {
 		return err
 	}
 	probeQ = h.(*Tollgate)
-	return nil
+	return probeCappedSetup()
 }
 
 // probeQ has a monthly quota beside the rate (nothing refused).
