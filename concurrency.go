@@ -318,7 +318,7 @@ func callHeld(t *Tollgate, set *policySet, req *http.Request, key, call string, 
 	member := newMember()
 	if err := redisCheck(t.be, cmd, heldCall(set, keys, member), d, &t.set.redis, t.hb); err != nil {
 		if err != errBreakerOpen && err != redis.ErrDialFailed && err != redis.ErrNoRoute && err != redis.ErrQueueFull {
-			returnSlots(t, set, keys, nil, member) // the script may run yet: a tombstone refuses it
+			returnSlots(t, set, keys, member) // the script may run yet: a tombstone refuses it
 		}
 		if set.ownKeys {
 			return fallbackOwn(t, set, req, key, d)
@@ -372,61 +372,67 @@ func release(t *Tollgate, set *policySet, keys []string, d []int64, how int) {
 		}
 		return
 	}
-	c := slotsCharge(set, keys, d, "")
-	if c != nil && !giveNow(t.be.rc, c, t.set.redis.timeout) {
-		chargesOf(t.be).add(c) // tried again off the path: a second give-back is harmless
-	}
-}
-
-// giveNow sends give-back c and reports whether Redis took it within
-// timeout. It runs before ServeHTTP returns, while the client has not yet
-// got the whole response (its last bytes are flushed when the handler
-// returns): so a client that sends its next request once the last ended
-// finds the slot free. It costs a capped request one round trip after
-// next (pipelined on shared connections).
-func giveNow(rc *redis.Client, c *charge, timeout time.Duration) bool {
-	d := make([]int64, 1)
-	if rc.Mode() != redis.Cluster {
-		return rc.Check(chargeCommand([]*charge{c}, -1), "", d, timeout) == nil
-	}
-	ok := true
-	for i, k := range c.keys {
-		if rc.Check(chargeCommand([]*charge{c}, i), k, d, timeout) != nil {
-			ok = false
+	// Sent now, before the handler returns, while the client has not
+	// yet got the whole response (its last bytes are flushed when the
+	// handler returns): a client that sends its next request once the
+	// last ended finds the slot free. One round trip after next,
+	// pipelined; queued and tried again when Redis does not take it in
+	// time (a second give-back is harmless).
+	member := ""
+	for i, p := range set.ps {
+		if p.conc != nil {
+			member = strconv.FormatInt(d[3+3*i], 10) // the take's own (heldCall)
+			break
 		}
 	}
-	return ok
-}
-
-// returnSlots queues the give-back of set's slots under keys (member: see
-// slotsCharge).
-func returnSlots(t *Tollgate, set *policySet, keys []string, d []int64, member string) {
-	if c := slotsCharge(set, keys, d, member); c != nil {
-		chargesOf(t.be).add(c)
+	if t.be.rc.Check(set.give, heldCall(set, keys, member), make([]int64, 1), t.set.redis.timeout) != nil {
+		returnSlots(t, set, keys, member)
 	}
 }
 
-// slotsCharge is the give-back of set's slots under keys: member's, or
-// (member "") each cap's member in decision d; nil when set has no cap.
-func slotsCharge(set *policySet, keys []string, d []int64, member string) *charge {
+// returnSlots queues the give-back of member's slots of set under keys
+// (heldKeys) on the backend's charge queue.
+func returnSlots(t *Tollgate, set *policySet, keys []string, member string) {
 	var c *charge
 	for i, p := range set.ps {
 		if p.conc == nil {
 			continue
 		}
-		m := member
-		if m == "" {
-			m = strconv.FormatInt(d[3+3*i], 10)
-		}
 		if c == nil {
 			c = &charge{held: p.m}
 		}
 		c.keys = append(c.keys, keys[i]+p.keySuffix)
-		c.args = append(c.args, "0", m, strconv.FormatInt((p.conc.durUS+999)/1000, 10))
+		c.args = append(c.args, "0", member, strconv.FormatInt((p.conc.durUS+999)/1000, 10))
 		c.amounts = append(c.amounts, 0)
 	}
-	return c
+	if c != nil {
+		chargesOf(t.be).add(c)
+	}
 }
+
+// giveScript gives back the slots of a take's call: its keys and args
+// are the take's (heldCall, bucketScript), and each cap's key names its
+// member (tg{..}#member...): the member is removed from the cap's set,
+// or, when its take has not run yet, left as a tombstone the take
+// honours, kept maxDuration and a second. The set's rates and quotas
+// (keys without a member) are left alone. A cap's key of another type is
+// skipped.
+const giveScript = `
+for i = 1, #KEYS do
+  local ck, mem, rest = string.match(KEYS[i], '^([^}]*})#(%d+)(.*)$')
+  if ck then
+    ck = ck .. rest
+    if redis.pcall('ZREM', ck, mem) == 0 then
+      redis.pcall('SADD', ck .. '}r', mem)
+      redis.pcall('PEXPIRE', ck .. '}r', math.ceil(tonumber(ARGV[3*i]) / 1000) + 1000)
+    end
+  end
+end
+return redis.status_reply('1')
+`
+
+// giveScr is giveScript's prepared form.
+var giveScr = redis.NewScript(giveScript)
 
 // takeHeld is takeLocal for a set with caps (lims: its local shapes for
 // n pods): each cap's slot taken in the local store, at most max/n (at

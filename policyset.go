@@ -46,8 +46,10 @@ type policySet struct {
 	lease *leasing
 
 	// held when some policy is a concurrency cap (concurrency.go): cmd
-	// is called whole, its keys joined by joints (heldCall).
+	// is called whole, its keys joined by joints (heldCall); give is
+	// the give-back's call, of the same keys and args.
 	held bool
+	give *redis.Command
 
 	// Calendar quotas (quota.go): quotas when some policy is one; its
 	// call and RateLimit-Policy are then quotaV's (quotaCall), made
@@ -99,6 +101,10 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 	for _, p := range ps {
 		s.ownKeys = s.ownKeys || p.source != nil
 		s.held = s.held || p.conc != nil
+	}
+	if s.held {
+		parts := commandParts(ps, keyLen)
+		s.give = redis.NewCommand(giveScr, parts.lens, parts.suffixes, parts.args, nil).Whole()
 	}
 	if s.ownKeys || s.held {
 		s.joints = s.cmd.Joints()
