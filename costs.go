@@ -223,7 +223,8 @@ func chargeCommand(batch []*charge, only int) *redis.Command {
 // check keeps the debt rather than take it for a clock stepped back. A
 // quota's counter (of the window that holds TIME) grows by the amount. A
 // concurrency slot's give-back (0, the member, maxDuration ms) removes
-// the member, or leaves a tombstone for a take not yet run. A key of
+// the member, or leaves a tombstone for a take not yet run (a tombstone
+// key of another type is replaced: the take honours no other). A key of
 // another type is skipped.
 // chargeScr is chargeScript's prepared form.
 var chargeScr = redis.NewScript(chargeScript)
@@ -242,8 +243,11 @@ while a <= #ARGV do
     a = a + 3
     k = k + 1
     if iv == 0 then
-      if redis.pcall('ZREM', key, b) == 0 then
-        redis.pcall('SADD', key .. '}r', b)
+      if redis.pcall('ZREM', key, b) ~= 1 then
+        if type(redis.pcall('SADD', key .. '}r', b)) ~= 'number' then
+          redis.call('DEL', key .. '}r')
+          redis.call('SADD', key .. '}r', b)
+        end
         redis.pcall('PEXPIRE', key .. '}r', c + 1000)
       end
     elseif iv < 0 then

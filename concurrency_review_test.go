@@ -1,0 +1,209 @@
+package tollgate
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/redistest"
+)
+
+// capKeys returns every cap's slots key in Redis at addr that holds
+// slots, with its count.
+func capKeys(t *testing.T, addr string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, k := range redistest.Do(t, addr, "KEYS", "*}c") {
+		if k == "" {
+			continue
+		}
+		if n := slots(t, addr, k); n != "0" {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// localHeld returns the keys h's local store holds slots of.
+func localHeld(h *Tollgate) int {
+	h.local.heldMu.Lock()
+	defer h.local.heldMu.Unlock()
+	return len(h.local.held)
+}
+
+func TestReviewConcExactFarAboveThePool(t *testing.T) {
+	// 300 at once at a cold handler (its pool not dialled): the backend
+	// never holds more than max, Redis never more than max slots, and
+	// every slot comes back.
+	addr := redistest.Start(t)
+	for _, tc := range []struct {
+		desc    string
+		c       Concurrency
+		clients int
+		want    int // admitted
+	}{
+		{"class", Concurrency{Max: 7, Key: "class"}, 300, 7},
+		{"client", Concurrency{Max: 4}, 3, 12},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			g := newGate()
+			h := capHandler(t, addr, g, tc.c, func(c *Config) { c.Redis.PoolSize = 4 })
+			recs, done := burst(h, g, 300, func(i int) string { return fmt.Sprint("c", i%tc.clients) })
+			waitArrived(t, g, tc.want)
+			waitRefused(t, recs, 300-tc.want)
+			if m := atomic.LoadInt64(&g.most); m != int64(tc.want) {
+				t.Errorf("the backend held %d at once, want %d", m, tc.want)
+			}
+			held := capKeys(t, addr)
+			total := 0
+			for k, n := range held {
+				var v int
+				fmt.Sscan(n, &v)
+				total += v
+				if int64(v) > tc.c.Max {
+					t.Errorf("%s holds %d slots, over max %d", k, v, tc.c.Max)
+				}
+			}
+			if total != tc.want {
+				t.Errorf("Redis holds %d slots, want %d", total, tc.want)
+			}
+			for _, r := range recs {
+				if r.Code == http.StatusTooManyRequests && r.Header().Get("X-Decision") != "redis" {
+					t.Errorf("a refusal decided by %q, want redis", r.Header().Get("X-Decision"))
+					break
+				}
+			}
+			close(g.open)
+			done.Wait()
+			settle(t, h)
+			if left := capKeys(t, addr); len(left) != 0 {
+				t.Errorf("slots held after every request ended: %v", left)
+			}
+			if m := h.set.topQuotas[0].m; atomic.LoadInt64(&m.InFlight) != 0 {
+				t.Errorf("in-flight gauge %d after the requests ended", atomic.LoadInt64(&m.InFlight))
+			}
+		})
+	}
+}
+
+func TestReviewConcMembersOfPodsDiffer(t *testing.T) {
+	// Pods started at once behind one balancer count their requests
+	// alike: two whose members start alike would share every slot
+	// (ZADD of one member) and give back each other's. 5,000 processes'
+	// first members must all differ.
+	seen := map[string]bool{}
+	for i := 0; i < 5000; i++ {
+		m := strings.TrimSpace(fmt.Sprint(newHeldBase() + 1))
+		if len(m) != memberLen {
+			t.Fatalf("member %s: %d digits, want %d", m, len(m), memberLen)
+		}
+		if seen[m] {
+			t.Fatalf("process %d's first member %s is another process's", i, m)
+		}
+		seen[m] = true
+	}
+}
+
+func TestReviewConcCapNamesClash(t *testing.T) {
+	for _, tc := range []struct {
+		desc   string
+		mutate func(*Config)
+	}{
+		{"a plan's cap and a rule's cap", func(c *Config) {
+			c.Plans = []Plan{{Name: "pro", Average: 10, Period: "1m", Concurrency: &Concurrency{Max: 2, Name: "x"}}}
+			c.Rules = []Rule{{Name: "r", Average: 10, Period: "1m", Concurrency: &Concurrency{Max: 2, Name: "x"}}}
+		}},
+		{"a plan's cap and a rule's quota", func(c *Config) {
+			c.Plans = []Plan{{Name: "pro", Average: 10, Period: "1m", Concurrency: &Concurrency{Max: 2, Name: "x"}}}
+			c.Rules = []Rule{{Name: "r", Average: 10, Period: "1m", Concurrency: &Concurrency{Max: 2, Name: "y"}, Quotas: []Quota{{Name: "x", Limit: 5, Window: "day"}}}}
+		}},
+	} {
+		cfg := CreateConfig()
+		cfg.Average, cfg.Period = 10, "1m"
+		cfg.PlanHeader = "X-Plan"
+		tc.mutate(cfg)
+		if _, err := New(nil, http.NotFoundHandler(), cfg, "api"); err == nil || !strings.Contains(err.Error(), "used twice") {
+			t.Errorf("%s named alike: %v, want a name used twice", tc.desc, err)
+		}
+	}
+}
+
+func TestReviewConcTombstoneKeyOfAnotherType(t *testing.T) {
+	// A key of another type at }c}r must not stop tombstones: a take
+	// given back before it ran holds no slot.
+	addr := redistest.Start(t)
+	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), Concurrency{Max: 1, Key: "class"}, nil)
+	set := h.top
+	keys := heldKeys(h, set, httptest.NewRequest("GET", "/", nil), "unused")
+	zkey := keys[0] + set.ps[0].keySuffix
+	redistest.Do(t, addr, "SET", zkey+"}r", "garbage")
+	member := newMember()
+	returnSlots(h, set, keys, nil, member)
+	settle(t, h)
+	d := make([]int64, set.decisionLen)
+	if err := h.be.rc.Check(set.cmd, heldCall(set, keys, member), d, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := slots(t, addr, zkey); n != "0" {
+		t.Fatalf("the late take holds %s slots, want 0 (its give-back came first)", n)
+	}
+	if rec := serve(h, "k"); rec.Code != http.StatusOK {
+		t.Fatalf("next request: %d", rec.Code)
+	}
+}
+
+func TestReviewConcCachedRefusalNamesNoFullCap(t *testing.T) {
+	// A refusal by a rate and a full cap at once is remembered for the
+	// rate's wait; the cap, whose slot may free at any moment, is not
+	// named from the cache.
+	addr := redistest.Start(t)
+	g := newGate()
+	h := capHandler(t, addr, g, Concurrency{Max: 1}, func(c *Config) { c.Average, c.Period, c.Burst = 1, "1m", 1 })
+	_, done := burst(h, g, 1, func(int) string { return "k" })
+	waitArrived(t, g, 1)
+	if rec := serve(h, "k"); rec.Code != http.StatusTooManyRequests || !strings.Contains(rec.Body.String(), "-concurrency") {
+		t.Fatalf("rate spent and cap full: %d %s, want both named", rec.Code, rec.Body.String())
+	}
+	close(g.open)
+	done.Wait()
+	settle(t, h)
+	rec := serve(h, "k")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("X-Decision") != "cache" {
+		t.Fatalf("%d by %q, want 429 from the deny cache", rec.Code, rec.Header().Get("X-Decision"))
+	}
+	if b := rec.Body.String(); strings.Contains(b, "-concurrency") {
+		t.Errorf("a cached refusal names the cap, whose slot is free: %s", b)
+	}
+	if rl := rec.Header().Get("RateLimit"); strings.Contains(rl, "-concurrency\";r=0;t=1") {
+		t.Errorf("RateLimit %q: the cap shown full from the cache", rl)
+	}
+}
+
+func TestReviewConcHeaderModesShowNoMember(t *testing.T) {
+	// The cap's third number is its slot's member: no header shows it
+	// as a time.
+	addr := redistest.Start(t)
+	for _, mode := range []string{"legacy", "draft07", "both", "ietf"} {
+		h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), Concurrency{Max: 3}, func(c *Config) {
+			c.Average, c.Period, c.Burst = 100, "1m", 100
+			c.Headers = mode
+		})
+		for i := 0; i < 3; i++ {
+			rec := serve(h, "k")
+			for k, v := range rec.Header() {
+				for _, s := range v {
+					for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r < '0' || r > '9' }) {
+						if len(f) > 6 {
+							t.Errorf("%s: %s: %q shows %s", mode, k, s, f)
+						}
+					}
+				}
+			}
+			settle(t, h)
+		}
+	}
+}
