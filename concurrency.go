@@ -145,6 +145,7 @@ func compileAllConcurrency(cfg *Config, s *settings, topClosed bool) error {
 	if s.planQuotas == nil {
 		s.planQuotas = make([][]*policy, len(s.plans))
 	}
+	var planCaps []string
 	for i, pl := range cfg.Plans {
 		field, c := fmt.Sprintf("plans[%d].concurrency", i), pl.Concurrency
 		if c == nil {
@@ -178,6 +179,10 @@ func compileAllConcurrency(cfg *Config, s *settings, topClosed bool) error {
 			return err
 		}
 		s.planQuotas[i] = append(s.planQuotas[i], p)
+		planCaps = append(planCaps, p.name)
+	}
+	for _, n := range planCaps { // a rule's cap may share a set with a plan's
+		taken[n] = true
 	}
 	if s.ruleQuotas == nil {
 		s.ruleQuotas = make([][]*policy, len(s.rules))
@@ -246,25 +251,29 @@ func (s *settings) capped() bool {
 	return false
 }
 
-// heldBase and heldSeq make this process's slot members: 18 digits, 6
-// random to the process (a restarted pod never gives back another's
-// slot), then a counter.
+// heldBase and heldSeq make this process's slot members: 18 digits, a
+// random start to the process, then a counter. Two pods' members meet
+// only when their starts lie closer than the requests they count (pods
+// behind one balancer count alike: a start drawn from a few digits, the
+// counter beside it, would have them share every slot and give back each
+// other's), and a restarted pod never gives back another's slot.
 var (
 	heldBase = newHeldBase()
 	heldSeq  int64
 )
 
-// newHeldBase returns heldBase: from 1e17 to 1e18 - 1e12, a multiple of
-// 1e12.
+// newHeldBase returns heldBase: at random from 1e17 to 1e18 - 1e12 (its
+// counter's 1e12 members stay 18 digits).
 func newHeldBase() int64 {
-	b := make([]byte, 4)
-	n := int64(0)
+	const span = 900000000000000000 - 1000000000000
+	b := make([]byte, 8)
+	var n int64
 	if _, err := rand.Read(b); err == nil {
-		n = int64(binary.BigEndian.Uint32(b) % 900000)
+		n = int64(binary.BigEndian.Uint64(b) % span)
 	} else {
-		n = mrand.Int63n(900000) // seeded at random by the runtime
+		n = mrand.Int63n(span) // seeded at random by the runtime
 	}
-	return (100000 + n) * 1000000000000
+	return 100000000000000000 + n
 }
 
 // newMember returns a new slot member of this process.
