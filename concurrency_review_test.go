@@ -207,3 +207,91 @@ func TestReviewConcHeaderModesShowNoMember(t *testing.T) {
 		}
 	}
 }
+
+// usageGate is g that answers with a response cost.
+type usageGate struct{ *gate }
+
+func (u usageGate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
+	rw.Header().Set("X-Usage-Tokens", "3")
+	u.gate.ServeHTTP(rw, req)
+}
+
+func TestReviewConcNoSlotOutlivesItsRequest(t *testing.T) {
+	// A slot taken is given back whatever else the set decided: shadow
+	// policies beside caps (either way), quotas, response costs, another
+	// policy's refusal. 5 requests of one client at once.
+	addr := redistest.Start(t)
+	for _, tc := range []struct {
+		desc              string
+		admitted, refused int
+		cost              bool
+		mutate            func(*Config)
+	}{
+		{"shadow top level with its cap", 5, 0, false, func(c *Config) {
+			c.Average, c.Burst, c.Shadow = 1, 1, true
+			c.Concurrency = &Concurrency{Max: 1}
+		}},
+		{"shadow rule beside a capped top level", 2, 3, false, func(c *Config) {
+			c.Concurrency = &Concurrency{Max: 2}
+			c.Rules = []Rule{{Name: "r", Average: 1, Burst: 1, Shadow: "true"}}
+		}},
+		{"capped shadow top level, capped enforcing rule", 2, 3, false, func(c *Config) {
+			c.Shadow = true
+			c.Concurrency = &Concurrency{Max: 1}
+			c.Rules = []Rule{{Name: "r", Average: 100, Burst: 100, Shadow: "false", Concurrency: &Concurrency{Max: 2}}}
+		}},
+		{"shadow cap alone, enforcing rule", 1, 4, false, func(c *Config) {
+			c.Average, c.Shadow = 0, true
+			c.Concurrency = &Concurrency{Max: 1, Key: "class"}
+			c.Rules = []Rule{{Name: "r", Average: 1, Burst: 1, Shadow: "false"}}
+		}},
+		{"a quota refuses", 2, 3, false, func(c *Config) {
+			c.Concurrency = &Concurrency{Max: 5}
+			c.Quotas = []Quota{{Name: "daily", Limit: 2, Window: "day"}}
+		}},
+		{"a rule refuses", 1, 4, false, func(c *Config) {
+			c.Concurrency = &Concurrency{Max: 3, Key: "class"}
+			c.Rules = []Rule{{Name: "r", Average: 1, Burst: 1}}
+		}},
+		{"response cost", 2, 3, true, func(c *Config) {
+			c.Concurrency = &Concurrency{Max: 2}
+			c.ResponseCost = &ResponseCost{Header: "X-Usage-Tokens", Max: 100}
+		}},
+		{"a plan inherits the cap, a rule keyed by IP has one", 1, 4, false, func(c *Config) {
+			c.Concurrency = &Concurrency{Max: 3, Key: "class"}
+			c.PlanHeader, c.DefaultPlan = "X-Plan", "free"
+			c.Plans = []Plan{{Name: "free", Average: 100, Period: "1m", Burst: 100}}
+			c.Rules = []Rule{{Name: "ip", Average: 100, Burst: 100, SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: 0}}, Concurrency: &Concurrency{Max: 1}}}
+		}},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			g := newGate()
+			var next http.Handler = g
+			if tc.cost {
+				next = usageGate{g}
+			}
+			h := capHandler(t, addr, next, Concurrency{}, func(c *Config) {
+				c.Average, c.Period, c.Burst = 100, "1m", 100
+				c.Concurrency = nil
+				tc.mutate(c)
+			})
+			recs, done := burst(h, g, 5, func(int) string { return "k" })
+			waitArrived(t, g, tc.admitted)
+			waitRefused(t, recs, tc.refused)
+			if m := atomic.LoadInt64(&g.most); m != int64(tc.admitted) {
+				t.Errorf("the backend held %d at once, want %d", m, tc.admitted)
+			}
+			close(g.open)
+			done.Wait()
+			settle(t, h)
+			if left := capKeys(t, addr); len(left) != 0 {
+				t.Errorf("slots held after every request ended: %v", left)
+			}
+			for _, p := range h.set.policies() {
+				if p.conc != nil && atomic.LoadInt64(&p.m.InFlight) != 0 {
+					t.Errorf("%s: in-flight gauge %d after the requests ended", p.name, atomic.LoadInt64(&p.m.InFlight))
+				}
+			}
+		})
+	}
+}
