@@ -295,3 +295,64 @@ func TestReviewConcNoSlotOutlivesItsRequest(t *testing.T) {
 		})
 	}
 }
+
+func TestReviewConcPausedRedisHoldsNoGhostSlots(t *testing.T) {
+	// Takes that time out (Redis paused past timeout) are decided
+	// locally and given back in Redis at once: when Redis answers again,
+	// no slot is held, whichever of a take and its give-back runs first.
+	addr := redistest.Start(t)
+	g := newGate()
+	h := capHandler(t, addr, g, Concurrency{Max: 4, Key: "class", MaxDuration: "1h"}, func(c *Config) { c.Redis.Timeout = "50ms" })
+	// The pool dialled: a take and its give-back.
+	set := h.top
+	keys := heldKeys(h, set, httptest.NewRequest("GET", "/", nil), "unused")
+	d := make([]int64, set.decisionLen)
+	if err := h.be.rc.Check(set.cmd, heldCall(set, keys, newMember()), d, time.Second); err != nil || d[0] != 1 {
+		t.Fatalf("warming: %v %v", err, d)
+	}
+	returnSlots(h, set, keys, d, "")
+	settle(t, h)
+	redistest.Do(t, addr, "CLIENT", "PAUSE", "400", "ALL")
+	recs, done := burst(h, g, 3, func(i int) string { return fmt.Sprint("c", i) })
+	waitArrived(t, g, 3)
+	close(g.open)
+	done.Wait()
+	for _, r := range recs {
+		if r.Code != http.StatusOK || r.Header().Get("X-Decision") != "local" {
+			t.Errorf("while Redis was paused: %d by %q, want 200 by local", r.Code, r.Header().Get("X-Decision"))
+		}
+	}
+	settle(t, h)
+	zkey := keyPrefix + "c:" + h.set.class + "}}c"
+	redistest.WaitFor(t, func() bool { return slots(t, addr, zkey) == "0" }, "no slot held")
+	if n := atomic.LoadInt64(&h.set.topQuotas[0].m.HeldLost); n != 0 {
+		t.Errorf("%d give-backs lost", n)
+	}
+	if n := localHeld(h); n != 0 {
+		t.Errorf("local slots of %d keys held", n)
+	}
+}
+
+func TestReviewConcSlotKeyOfAnotherType(t *testing.T) {
+	// A key of another type where a cap's slots live neither fails every
+	// check nor lets everyone through: it is replaced, and the cap holds.
+	addr := redistest.Start(t)
+	for _, typ := range [][]string{{"SET", "x"}, {"HSET", "f", "v"}, {"RPUSH", "x"}} {
+		g := newGate()
+		h := capHandler(t, addr, g, Concurrency{Max: 2, Key: "class"}, nil)
+		zkey := keyPrefix + "c:" + h.set.class + "}}c"
+		redistest.Do(t, addr, append([]string{typ[0], zkey}, typ[1:]...)...)
+		recs, done := burst(h, g, 5, func(i int) string { return fmt.Sprint("c", i) })
+		waitArrived(t, g, 2)
+		waitRefused(t, recs, 3)
+		if n := slots(t, addr, zkey); n != "2" {
+			t.Errorf("%s at the slots' key: %s slots held, want 2", typ[0], n)
+		}
+		close(g.open)
+		done.Wait()
+		settle(t, h)
+		if n := slots(t, addr, zkey); n != "0" {
+			t.Errorf("%s at the slots' key: %s slots held after, want 0", typ[0], n)
+		}
+	}
+}
