@@ -9,7 +9,7 @@ package tollgate
 // suffix>}c, each slot a member scored by its deadline (Redis's TIME +
 // maxDuration), swept by every take, so that a pod that dies holding
 // slots holds them at most maxDuration. The member is the pod's own
-// (18 digits: 6 random to the process, then a counter), written into
+// (18 digits: a random start to the process, then a counter), written into
 // the call after the key (key#member), so that a pod gives back a slot
 // whose take's reply it never read. A give-back (the charge script's)
 // removes the member or, when the take has not run yet, leaves a
