@@ -9,7 +9,7 @@ package tollgate
 // suffix>}c, each slot a member scored by its deadline (Redis's TIME +
 // maxDuration), swept by every take, so that a pod that dies holding
 // slots holds them at most maxDuration. The member is the pod's own
-// (18 digits: 6 random to the process, then a counter), written into
+// (18 digits: a random start to the process, then a counter), written into
 // the call after the key (key#member), so that a pod gives back a slot
 // whose take's reply it never read. A give-back (the charge script's)
 // removes the member or, when the take has not run yet, leaves a
@@ -145,6 +145,7 @@ func compileAllConcurrency(cfg *Config, s *settings, topClosed bool) error {
 	if s.planQuotas == nil {
 		s.planQuotas = make([][]*policy, len(s.plans))
 	}
+	var planCaps []string
 	for i, pl := range cfg.Plans {
 		field, c := fmt.Sprintf("plans[%d].concurrency", i), pl.Concurrency
 		if c == nil {
@@ -178,6 +179,10 @@ func compileAllConcurrency(cfg *Config, s *settings, topClosed bool) error {
 			return err
 		}
 		s.planQuotas[i] = append(s.planQuotas[i], p)
+		planCaps = append(planCaps, p.name)
+	}
+	for _, n := range planCaps { // a rule's cap may share a set with a plan's
+		taken[n] = true
 	}
 	if s.ruleQuotas == nil {
 		s.ruleQuotas = make([][]*policy, len(s.rules))
@@ -246,25 +251,29 @@ func (s *settings) capped() bool {
 	return false
 }
 
-// heldBase and heldSeq make this process's slot members: 18 digits, 6
-// random to the process (a restarted pod never gives back another's
-// slot), then a counter.
+// heldBase and heldSeq make this process's slot members: 18 digits, a
+// random start to the process, then a counter. Two pods' members meet
+// only when their starts lie closer than the requests they count (pods
+// behind one balancer count alike: a start drawn from a few digits, the
+// counter beside it, would have them share every slot and give back each
+// other's), and a restarted pod never gives back another's slot.
 var (
 	heldBase = newHeldBase()
 	heldSeq  int64
 )
 
-// newHeldBase returns heldBase: from 1e17 to 1e18 - 1e12, a multiple of
-// 1e12.
+// newHeldBase returns heldBase: at random from 1e17 to 1e18 - 1e12 (its
+// counter's 1e12 members stay 18 digits).
 func newHeldBase() int64 {
-	b := make([]byte, 4)
-	n := int64(0)
+	const span = 900000000000000000 - 1000000000000
+	b := make([]byte, 8)
+	var n int64
 	if _, err := rand.Read(b); err == nil {
-		n = int64(binary.BigEndian.Uint32(b) % 900000)
+		n = int64(binary.BigEndian.Uint64(b) % span)
 	} else {
-		n = mrand.Int63n(900000) // seeded at random by the runtime
+		n = mrand.Int63n(span) // seeded at random by the runtime
 	}
-	return (100000 + n) * 1000000000000
+	return 100000000000000000 + n
 }
 
 // newMember returns a new slot member of this process.
@@ -391,22 +400,13 @@ func release(t *Tollgate, set *policySet, keys []string, d []int64, how int) {
 }
 
 // returnSlots queues the give-back of member's slots of set under keys
-// (heldKeys) on the backend's charge queue.
+// (heldKeys) on the backend's charge queue, sent off the request's path.
 func returnSlots(t *Tollgate, set *policySet, keys []string, member string) {
-	var c *charge
-	for i, p := range set.ps {
-		if p.conc == nil {
-			continue
+	for _, p := range set.ps {
+		if p.conc != nil {
+			chargesOf(t.be).add(&charge{give: set.give, call: heldCall(set, keys, member), held: p.m})
+			return
 		}
-		if c == nil {
-			c = &charge{held: p.m}
-		}
-		c.keys = append(c.keys, keys[i]+p.keySuffix)
-		c.args = append(c.args, "0", member, strconv.FormatInt((p.conc.durUS+999)/1000, 10))
-		c.amounts = append(c.amounts, 0)
-	}
-	if c != nil {
-		chargesOf(t.be).add(c)
 	}
 }
 
@@ -414,17 +414,21 @@ func returnSlots(t *Tollgate, set *policySet, keys []string, member string) {
 // are the take's (heldCall, bucketScript), and each cap's key names its
 // member (tg{..}#member...): the member is removed from the cap's set,
 // or, when its take has not run yet, left as a tombstone the take
-// honours, kept maxDuration and a second. The set's rates and quotas
-// (keys without a member) are left alone. A cap's key of another type is
-// skipped.
+// honours, kept maxDuration and a second (a tombstone key of another
+// type is replaced: the take honours no other). The set's rates and
+// quotas (keys without a member) are left alone.
 const giveScript = `
 for i = 1, #KEYS do
   local ck, mem, rest = string.match(KEYS[i], '^([^}]*})#(%d+)(.*)$')
   if ck then
     ck = ck .. rest
-    if redis.pcall('ZREM', ck, mem) == 0 then
-      redis.pcall('SADD', ck .. '}r', mem)
-      redis.pcall('PEXPIRE', ck .. '}r', math.ceil(tonumber(ARGV[3*i]) / 1000) + 1000)
+    if redis.pcall('ZREM', ck, mem) ~= 1 then
+      local rk = ck .. '}r'
+      if type(redis.pcall('SADD', rk, mem)) ~= 'number' then
+        redis.call('DEL', rk)
+        redis.call('SADD', rk, mem)
+      end
+      redis.pcall('PEXPIRE', rk, math.ceil(tonumber(ARGV[3*i]) / 1000) + 1000)
     end
   end
 end
@@ -433,95 +437,3 @@ return redis.status_reply('1')
 
 // giveScr is giveScript's prepared form.
 var giveScr = redis.NewScript(giveScript)
-
-// takeHeld is takeLocal for a set with caps (lims: its local shapes for
-// n pods): each cap's slot taken in the local store, at most max/n (at
-// least 1) per key, before the buckets; a full cap refuses and charges
-// nothing (its rates' items show their local burst), a bucket's refusal
-// gives the slots back.
-func takeHeld(t *Tollgate, set *policySet, keys []string, lims []limit, n int64, d []int64) int {
-	lb := t.local
-	caps := make([]int64, len(set.ps))
-	ck := make([]string, len(set.ps))
-	for i, p := range set.ps {
-		if p.conc == nil {
-			continue
-		}
-		caps[i] = p.conc.max / n
-		if caps[i] < 1 {
-			caps[i] = 1
-		}
-		ck[i] = keys[i]
-		if p.conc.class != "" {
-			ck[i] = p.conc.class + p.keySuffix
-		}
-	}
-	full := lb.hold(ck, caps, d)
-	if full >= 0 {
-		d[0] = 0
-		for i, p := range set.ps {
-			if p.conc == nil {
-				d[1+3*i], d[2+3*i], d[3+3*i] = int64(lims[i].burst), 0, 0
-			}
-		}
-		d[2+3*full] = concRetryMS
-		return decidedLocal
-	}
-	left := append([]int64(nil), d...) // hold's slots left, by cap
-	t.local.take(keys, lims, d)
-	if set.quotas {
-		localQuotas(set, d)
-	}
-	for i, p := range set.ps {
-		if p.conc != nil {
-			d[1+3*i], d[2+3*i], d[3+3*i] = left[1+3*i], 0, 0
-			if d[0] != 1 {
-				lb.unhold(ck[i])
-				d[1+3*i]++
-			}
-		}
-	}
-	return decidedLocal
-}
-
-// hold takes a slot of every key of keys that is not "" (at most caps[i]
-// held at once), all or none; d receives each one's slots left. It
-// returns the index of a full one (none taken), or -1.
-func (lb *localBuckets) hold(keys []string, caps []int64, d []int64) int {
-	lb.heldMu.Lock()
-	defer lb.heldMu.Unlock()
-	for i, k := range keys {
-		if k != "" && lb.held[k] >= caps[i] {
-			for j, kj := range keys {
-				if kj != "" {
-					d[1+3*j] = caps[j] - lb.held[kj]
-					if d[1+3*j] < 0 {
-						d[1+3*j] = 0
-					}
-				}
-			}
-			return i
-		}
-	}
-	for i, k := range keys {
-		if k != "" {
-			lb.held[k]++
-			d[1+3*i] = caps[i] - lb.held[k]
-			if d[1+3*i] < 0 {
-				d[1+3*i] = 0
-			}
-		}
-	}
-	return -1
-}
-
-// unhold gives back a slot of key taken by hold.
-func (lb *localBuckets) unhold(key string) {
-	lb.heldMu.Lock()
-	if lb.held[key] <= 1 {
-		delete(lb.held, key)
-	} else {
-		lb.held[key]--
-	}
-	lb.heldMu.Unlock()
-}

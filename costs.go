@@ -80,7 +80,12 @@ type charge struct {
 	args    []string // 3 per key
 	amounts []int64
 	ms      []*metrics.Policy
-	held    *metrics.Policy // a give-back's cap (concurrency.go); its failures counted there
+	// A concurrency slots' give-back (concurrency.go) is its set's
+	// prepared call (give) for call, sent alone; its failures counted
+	// under held.
+	give *redis.Command
+	call string
+	held *metrics.Policy
 }
 
 // maxCharges bounds a backend's queue; maxChargeBatch a call's charges.
@@ -142,6 +147,21 @@ func (q *chargeQueue) send() {
 // charged key; each charge is counted charged or failed.
 func (q *chargeQueue) sendBatch(batch []*charge) {
 	d := make([]int64, 1)
+	var costs []*charge
+	for _, c := range batch {
+		if c.give == nil {
+			costs = append(costs, c)
+			continue
+		}
+		res := 0
+		if q.rc.Check(c.give, c.call, d, chargeTimeout) != nil {
+			res = 1
+		}
+		countCharge(c, res)
+	}
+	if batch = costs; len(batch) == 0 {
+		return
+	}
 	if q.rc.Mode() != redis.Cluster {
 		res := 0
 		if q.rc.Check(chargeCommand(batch, -1), "", d, chargeTimeout) != nil {
@@ -222,9 +242,7 @@ func chargeCommand(batch []*charge, only int) *redis.Command {
 // and then, past a full refill, the same value under K}d, so that the
 // check keeps the debt rather than take it for a clock stepped back. A
 // quota's counter (of the window that holds TIME) grows by the amount. A
-// concurrency slot's give-back (0, the member, maxDuration ms) removes
-// the member, or leaves a tombstone for a take not yet run. A key of
-// another type is skipped.
+// key of another type is skipped.
 // chargeScr is chargeScript's prepared form.
 var chargeScr = redis.NewScript(chargeScript)
 
@@ -241,12 +259,7 @@ while a <= #ARGV do
     local iv, b, c, key = tonumber(ARGV[a]), ARGV[a+1], tonumber(ARGV[a+2]), KEYS[k]
     a = a + 3
     k = k + 1
-    if iv == 0 then
-      if redis.pcall('ZREM', key, b) == 0 then
-        redis.pcall('SADD', key .. '}r', b)
-        redis.pcall('PEXPIRE', key .. '}r', c + 1000)
-      end
-    elseif iv < 0 then
+    if iv < 0 then
       local b0, b1, b2, b3, sh = string.match(b, '^(%d+) (%d+) (%d+) (%d+) (%-?%d+)$')
       local qn = now + tonumber(sh)
       local st, en = tonumber(b1), tonumber(b2)

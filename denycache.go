@@ -235,13 +235,19 @@ func (c *denyCache) remember(key string, d []int64) {
 	if wait <= 0 {
 		return
 	}
+	kept := append([]int64(nil), d...)
+	for i, capped := range c.capped {
+		if capped {
+			kept[2+3*i] = 0 // not named from the cache: its slot may be free
+		}
+	}
 	now := c.mono()
 	c.mu.Lock()
 	if now < c.last {
 		now = c.last // see last
 	}
 	c.last = now
-	e := &denial{at: now, until: now + wait*int64(time.Millisecond), d: append([]int64(nil), d...)}
+	e := &denial{at: now, until: now + wait*int64(time.Millisecond), d: kept}
 	if len(c.entries) >= c.max {
 		c.evict(now)
 	}
