@@ -166,7 +166,9 @@ func ceilMS(us float64) int64 {
 //	             A concurrency cap (concurrency.go) has 0, max and
 //	             maxDuration (µs); its key is the slots' sorted set with
 //	             the pod's member after the key's tag (tg{..}#member...):
-//	             expired slots are swept, and the request takes a slot,
+//	             expired slots are swept (and any whose deadline is
+//	             further than maxDuration: a clock stepped back, a
+//	             maxDuration lowered), and the request takes a slot,
 //	             scored by its deadline, when fewer than max are held
 //	             and no tombstone (}c}r) says the pod gave it up; it
 //	             reports the slots left, 1000 ms as its wait when full,
@@ -217,6 +219,7 @@ for i = 1, n do
     qk[i], qe[i] = ck, mem
     if redis.pcall('SREM', ck .. '}r', mem) == 1 then qe[i] = false end
     redis.pcall('ZREMRANGEBYSCORE', ck, '-inf', now)
+    redis.pcall('ZREMRANGEBYSCORE', ck, '(' .. string.format('%.0f', now + cost[i]), '+inf')
     local c = redis.pcall('ZCARD', ck)
     if type(c) ~= 'number' then redis.call('DEL', ck); c = 0 end
     s[i] = c

@@ -322,3 +322,23 @@ func TestConcurrencySequentialClientIsNeverRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestConcurrencySlotsNeverOutliveTheirMaxDuration(t *testing.T) {
+	// A slot taken under a longer maxDuration (before a reload lowered
+	// it) is held no longer than the maxDuration in force.
+	addr := redistest.Start(t)
+	noop := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {})
+	long := capHandler(t, addr, noop, Concurrency{Max: 1, Key: "class", MaxDuration: "1h"}, nil)
+	set := long.top
+	keys := heldKeys(long, set, httptest.NewRequest("GET", "/", nil), "unused")
+	d := make([]int64, set.decisionLen)
+	if err := long.be.rc.Check(set.cmd, heldCall(set, keys, newMember()), d, time.Second); err != nil || d[0] != 1 {
+		t.Fatalf("a dead pod's take under 1h: %v %v", err, d)
+	}
+	short := capHandler(t, addr, noop, Concurrency{Max: 1, Key: "class", MaxDuration: "300ms"}, func(c *Config) { c.Class = long.set.class })
+	start := time.Now()
+	redistest.WaitFor(t, func() bool { return serve(short, "k").Code == http.StatusOK }, "the slot back under the maxDuration in force")
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the slot came back after %v, want within the 300ms maxDuration in force", took)
+	}
+}
