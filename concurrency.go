@@ -323,11 +323,10 @@ func heldCall(set *policySet, keys []string, member string) string {
 // client key, call: the deny cache's key, cmd: the set's call now). A
 // call that may have reached Redis and failed has its slots given back.
 func callHeld(t *Tollgate, set *policySet, req *http.Request, key, call string, cmd *redis.Command, d []int64) int {
-	keys := heldKeys(t, set, req, key)
-	member := newMember()
-	if err := redisCheck(t.be, cmd, heldCall(set, keys, member), d, &t.set.redis, t.hb); err != nil {
-		if err != errBreakerOpen && err != redis.ErrDialFailed && err != redis.ErrNoRoute && err != redis.ErrQueueFull {
-			returnSlots(t, set, keys, member) // the script may run yet: a tombstone refuses it
+	hc := heldCall(set, heldKeys(t, set, req, key), newMember())
+	if err := redisCheck(t.be, cmd, hc, d, &t.set.redis, t.hb); err != nil {
+		if tookMaybe(err) {
+			returnSlots(t, set, hc) // the script may run yet: a tombstone refuses it
 		}
 		if set.ownKeys {
 			return fallbackOwn(t, set, req, key, d)
@@ -338,6 +337,12 @@ func callHeld(t *Tollgate, set *policySet, req *http.Request, key, call string, 
 		set.denied.remember(call, d)
 	}
 	return decidedRedis
+}
+
+// tookMaybe reports whether a check that failed with err may have run in
+// Redis (its call was written).
+func tookMaybe(err error) bool {
+	return err != errBreakerOpen && err != redis.ErrDialFailed && err != redis.ErrNoRoute && err != redis.ErrQueueFull
 }
 
 // serveNext calls next for a request admitted over set: the slots of
@@ -356,7 +361,7 @@ func (t *Tollgate) serveNext(rw http.ResponseWriter, req *http.Request, set, hel
 				atomic.AddInt64(&p.m.InFlight, 1)
 			}
 		}
-		defer release(t, held, hk, hd, hhow)
+		defer release(t, held, hk, "", hd, hhow)
 	}
 	t.next.ServeHTTP(rw, req)
 	if keys != nil {
@@ -367,7 +372,7 @@ func (t *Tollgate) serveNext(rw http.ResponseWriter, req *http.Request, set, hel
 // release gives back the slots of a request admitted over set (keys:
 // heldKeys, decision d, decided how): to the local store, or queued for
 // Redis.
-func release(t *Tollgate, set *policySet, keys []string, d []int64, how int) {
+func release(t *Tollgate, set *policySet, keys []string, call string, d []int64, how int) {
 	for _, p := range set.ps {
 		if p.conc != nil {
 			atomic.AddInt64(&p.m.InFlight, -1)
@@ -387,24 +392,26 @@ func release(t *Tollgate, set *policySet, keys []string, d []int64, how int) {
 	// last ended finds the slot free. One round trip after next,
 	// pipelined; queued and tried again when Redis does not take it in
 	// time (a second give-back is harmless).
-	member := ""
-	for i, p := range set.ps {
-		if p.conc != nil {
-			member = strconv.FormatInt(d[3+3*i], 10) // the take's own (heldCall)
-			break
+	if call == "" {
+		for i, p := range set.ps {
+			if p.conc != nil {
+				call = heldCall(set, keys, strconv.FormatInt(d[3+3*i], 10)) // the take's member
+				break
+			}
 		}
 	}
-	if t.be.rc.Check(set.give, heldCall(set, keys, member), make([]int64, 1), t.set.redis.timeout) != nil {
-		returnSlots(t, set, keys, member)
+	if t.be.rc.Check(set.give, call, make([]int64, 1), t.set.redis.timeout) != nil {
+		returnSlots(t, set, call)
 	}
 }
 
-// returnSlots queues the give-back of member's slots of set under keys
-// (heldKeys) on the backend's charge queue, sent off the request's path.
-func returnSlots(t *Tollgate, set *policySet, keys []string, member string) {
+// returnSlots queues the give-back of set's slots named by the take's
+// call (heldCall) on the backend's charge queue, sent off the request's
+// path.
+func returnSlots(t *Tollgate, set *policySet, call string) {
 	for _, p := range set.ps {
 		if p.conc != nil {
-			chargesOf(t.be).add(&charge{give: set.give, call: heldCall(set, keys, member), held: p.m})
+			chargesOf(t.be).add(&charge{give: set.give, call: call, held: p.m})
 			return
 		}
 	}

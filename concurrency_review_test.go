@@ -142,7 +142,7 @@ func TestReviewConcTombstoneKeyOfAnotherType(t *testing.T) {
 	zkey := keys[0] + set.ps[0].keySuffix
 	redistest.Do(t, addr, "SET", zkey+"}r", "garbage")
 	member := newMember()
-	returnSlots(h, set, keys, member)
+	returnSlots(h, set, heldCall(set, keys, member))
 	settle(t, h)
 	d := make([]int64, set.decisionLen)
 	if err := h.be.rc.Check(set.cmd, heldCall(set, keys, member), d, time.Second); err != nil {
@@ -311,7 +311,7 @@ func TestReviewConcPausedRedisHoldsNoGhostSlots(t *testing.T) {
 	if err := h.be.rc.Check(set.cmd, heldCall(set, keys, member), d, time.Second); err != nil || d[0] != 1 {
 		t.Fatalf("warming: %v %v", err, d)
 	}
-	returnSlots(h, set, keys, member)
+	returnSlots(h, set, heldCall(set, keys, member))
 	settle(t, h)
 	redistest.Do(t, addr, "CLIENT", "PAUSE", "400", "ALL")
 	recs, done := burst(h, g, 3, func(i int) string { return fmt.Sprint("c", i) })

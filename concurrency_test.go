@@ -247,7 +247,7 @@ func TestConcurrencyGiveBackBeforeTheTakeLeavesATombstone(t *testing.T) {
 	set := h.top
 	keys := heldKeys(h, set, httptest.NewRequest("GET", "/", nil), "unused")
 	member := newMember()
-	returnSlots(h, set, keys, member)
+	returnSlots(h, set, heldCall(set, keys, member))
 	settle(t, h)
 	d := make([]int64, set.decisionLen)
 	if err := h.be.rc.Check(set.cmd, heldCall(set, keys, member), d, time.Second); err != nil {

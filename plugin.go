@@ -85,6 +85,8 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 	if top := set.topPolicies(); top != nil {
 		t.top = t.withLeases(t.prepared(withHeaders(newPolicySet(top, set.keyLen), set.headers)))
 		t.plain = len(set.rules) == 0 && t.top.plain && set.plans == nil && set.exempt == nil
+		t.capped = t.top.policyValue != nil && t.top.held && !t.top.shadow && !t.top.costed && !t.top.ownKeys && !t.top.quotas &&
+			len(set.rules) == 0 && set.plans == nil && set.exempt == nil && t.notes == nil
 	}
 	return t, nil
 }
@@ -130,6 +132,10 @@ func (t *Tollgate) withLeases(s *policySet) *policySet {
 // out of line in answer.
 func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	if !t.plain {
+		if t.capped {
+			serveCapped(t, rw, req)
+			return
+		}
 		t.serveAny(rw, req)
 		return
 	}
@@ -296,6 +302,64 @@ func serveLeased(t *Tollgate, rw http.ResponseWriter, req *http.Request, key str
 	}
 	t.next.ServeHTTP(rw, req)
 	return true
+}
+
+// serveCapped is ServeHTTP for a top level with a concurrency cap and
+// nothing that needs the general path (rules, plans, exemptions, shadow,
+// quotas, response costs; IETF headers, or none with policyValue
+// unused): decideAny's and answer's common case in this frame, the
+// take's call kept for its give-back (release), not built again.
+func serveCapped(t *Tollgate, rw http.ResponseWriter, req *http.Request) {
+	top := t.top
+	key := clientKey(t.set.class, t.set.source.identity(req))
+	d := make([]int64, top.decisionLen)
+	if atomic.LoadInt64(&top.denied.n) != 0 {
+		r := refuseCached(top.denied, key, rw)
+		if r == refused {
+			return
+		}
+		if r == inForce && top.denied.lookup(key, d) {
+			t.answer(rw, req, top, d, decidedCache)
+			return
+		}
+	}
+	keys := make([]string, len(top.ps)) // heldKeys, inlined
+	for i, p := range top.ps {
+		keys[i] = key
+		if p.conc != nil && p.conc.class != "" {
+			keys[i] = p.conc.class
+		}
+	}
+	hc := heldCall(top, keys, newMember())
+	how := decidedRedis
+	if err := redisCheck(t.be, top.cmd, hc, d, &t.set.redis, t.hb); err != nil {
+		if tookMaybe(err) {
+			returnSlots(t, top, hc) // the script may run yet: a tombstone refuses it
+		}
+		how = fallback(t, top, key, d)
+	} else if d[0] != 1 {
+		top.denied.remember(key, d)
+	}
+	if how == decidedUnavailable || d[0] != 1 {
+		t.answer(rw, req, top, d, how)
+		return
+	}
+	count(top, d, how)
+	h := rw.Header()
+	if t.set.headers != 0 {
+		h[hdrPolicy] = top.policyValue
+		h[hdrRateLimit] = []string{rateLimitValue(top, d)}
+	}
+	if t.set.decision != "" {
+		h[t.set.decision] = decisionValues[how]
+	}
+	for _, p := range top.ps {
+		if p.conc != nil {
+			atomic.AddInt64(&p.m.InFlight, 1)
+		}
+	}
+	defer release(t, top, keys, hc, d, how)
+	t.next.ServeHTTP(rw, req)
 }
 
 // serveAny is ServeHTTP for every configuration: rules (the policy set

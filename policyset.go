@@ -150,6 +150,9 @@ func withHeaders(s *policySet, headers int) *policySet {
 		s.policyValue = []string{s.policyHeader}
 		s.rPrefix = s.quoted[0] + ";r="
 	}
+	if s.held && headers == headersIETF {
+		s.policyValue = []string{s.policyHeader} // serveCapped's
+	}
 	return s
 }
 

@@ -26,14 +26,15 @@ import (
 // Traefik may drop it at any reload. Invariant: ServeHTTP calls next with
 // the ResponseWriter it was given (never a wrapper), or answers itself.
 type Tollgate struct {
-	next  http.Handler
-	set   *settings
-	be    *backend
-	local *localBuckets
-	top   *policySet     // the set when no rule matches; nil without a top-level limit
-	hb    *heartbeat     // the class's pod count; nil with the heartbeat off
-	notes *regions.Notes // where requests note keys for the region exchange; nil without regions (internal/regions)
-	plain bool           // ServeHTTP's common case applies: top alone, plain (see policySet)
+	next   http.Handler
+	set    *settings
+	be     *backend
+	local  *localBuckets
+	top    *policySet     // the set when no rule matches; nil without a top-level limit
+	hb     *heartbeat     // the class's pod count; nil with the heartbeat off
+	notes  *regions.Notes // where requests note keys for the region exchange; nil without regions (internal/regions)
+	plain  bool           // ServeHTTP's common case applies: top alone, plain (see policySet)
+	capped bool           // top alone, with a concurrency cap and nothing else of the general path's (serveCapped)
 
 	mu   sync.Mutex // guards sets
 	sets map[uint64]*policySet

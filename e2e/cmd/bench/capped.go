@@ -119,7 +119,7 @@ func cappedMarkdown(res *results, keys int) string {
 	row("throughput (req/s)", res.rps, 0)
 	row("Redis script calls per request", res.scripts, 3)
 	fmt.Fprintf(&b, "| … taking a slot (with the rate) | %s | — |\n", fmtStat(res.cappedTakes, 3))
-	fmt.Fprintf(&b, "| … giving slots back (batched) | %s | — |\n", fmtStat(res.cappedGives, 3))
+	fmt.Fprintf(&b, "| … giving slots back | %s | — |\n", fmtStat(res.cappedGives, 3))
 	row("Redis commands per request, those inside the script included", res.cmds, 2)
 	row("Redis bytes in+out per request", res.bytes, 0)
 	row("Redis connections during saturation", res.conns64, 0)
@@ -137,7 +137,7 @@ func cappedMarkdown(res *results, keys int) string {
 	}
 	fmt.Fprintf(&b, "\nThroughput, with a cap / without, each run's: %s; median [min–max] %s. Slots over the runs: %d taken, %d given back (%d of them before their take), %d left held %s after a run.\n",
 		strings.Join(runs, ", "), fmtStat(res.cappedVsTollgate, 2), taken, back, early, held, cappedSettle)
-	fmt.Fprintf(&b, "\n%s: Tollgate configured as Tollgate is, plus `concurrency: {max: %d, key: client}` (never full), on a Redis of its own; in every run's nothing-rejected pass it and Tollgate take turns, swapping order every other run. Script calls: INFO commandstats, EVALSHA and EVAL, over the run and %s after it (the last give-backs), divided by the requests wrk completed; taking a slot: the take script's SREM calls (one each), giving back: the rest, each a batch of up to 64 slots sent off the responses' path; slots given back: the give-back script's ZREM calls.\n",
+	fmt.Fprintf(&b, "\n%s: Tollgate configured as Tollgate is, plus `concurrency: {max: %d, key: client}` (never full), on a Redis of its own; in every run's nothing-rejected pass it and Tollgate take turns, swapping order every other run. Script calls: INFO commandstats, EVALSHA and EVAL, over the run and %s after it (the last give-backs), divided by the requests wrk completed; taking a slot: the take script's SREM calls (one each), giving back: the rest, one call per request sent when next returns (a call that failed is queued and sent again off the response's path); slots given back: the give-back script's ZREM calls.\n",
 		labels[capped], cappedMax, cappedSettle)
 	return b.String()
 }

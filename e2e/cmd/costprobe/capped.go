@@ -22,8 +22,8 @@ func probeCappedSetup() error {
 }
 
 // ProbeServeCapped is ServeHTTP admitted by Redis, a rate and a slot
-// taken in one call, the slot's give-back queued after next (the queue's
-// batched calls run on a goroutine of their own: in CPU, not in wall).
+// taken in one call, the slot given back in a second call when next
+// returns.
 func ProbeServeCapped(n int) {
 	for i := 0; i < n; i++ {
 		probeC.ServeHTTP(probeRW, probeReq)

@@ -47,7 +47,7 @@ var stages = []stage{
 	{name: "ProbeServeOpen", what: "ServeHTTP, breaker open: the local fallback (everything)", core: true},
 	{name: "ProbeServeRefused", what: "ServeHTTP, refused from the deny cache (429, no Redis call)", core: true},
 	{name: "ProbeServeQuota", what: "ServeHTTP, admitted by Redis, a rate and a monthly quota (one call)"},
-	{name: "ProbeServeCapped", what: "ServeHTTP, admitted by Redis, a rate and a concurrency slot (one call; the give-back queued, sent in batches)"},
+	{name: "ProbeServeCapped", what: "ServeHTTP, admitted by Redis, a rate and a concurrency slot (taken in the rate's call, given back in a second when next returns)"},
 	{name: "ProbeServeLukewarm", what: "ServeHTTP, admitted by Redis in a leasing middleware (a client too slow to lease)"},
 	{name: "ProbeServeLeased", what: "ServeHTTP, admitted from the pod's lease (no Redis call)"},
 	{name: "ProbeServeRegion", what: "ServeHTTP, admitted by Redis, in one of two regions (the share read in the script)"},
