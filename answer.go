@@ -231,3 +231,63 @@ func (t *Tollgate) chargeResponse(rw http.ResponseWriter, set *policySet, keys [
 		chargesOf(t.be).add(c)
 	}
 }
+
+// serveNext calls next for a request admitted over set: the slots of
+// held's caps (decision hd, decided hhow; held nil: none) held while it
+// runs and given back when it returns, panics included; its response's
+// cost charged after it.
+func (t *Tollgate) serveNext(rw http.ResponseWriter, req *http.Request, set, held *policySet, hd []int64, hhow int) {
+	var keys []string
+	if set.costed {
+		keys = chargeKeys(t, req, set) // before next, which may change req (a middleware that strips the key)
+	}
+	if held != nil && held.held && (hhow == decidedRedis || hhow == decidedLocal) {
+		hk := heldKeys(t, held, req, clientKey(t.set.class, t.set.source.identity(req)))
+		for _, p := range held.ps {
+			if p.conc != nil {
+				atomic.AddInt64(&p.m.InFlight, 1)
+			}
+		}
+		defer release(t, held, hk, "", hd, hhow)
+	}
+	t.next.ServeHTTP(rw, req)
+	if keys != nil {
+		t.chargeResponse(rw, set, keys)
+	}
+}
+
+// release gives back the slots of a request admitted over set (keys:
+// heldKeys, decision d, decided how): to the local store, or queued for
+// Redis.
+func release(t *Tollgate, set *policySet, keys []string, call string, d []int64, how int) {
+	for _, p := range set.ps {
+		if p.conc != nil {
+			atomic.AddInt64(&p.m.InFlight, -1)
+		}
+	}
+	if how == decidedLocal {
+		for i, p := range set.ps {
+			if p.conc != nil {
+				t.local.unhold(keys[i] + p.keySuffix)
+			}
+		}
+		return
+	}
+	// Sent now, before the handler returns, while the client has not
+	// yet got the whole response (its last bytes are flushed when the
+	// handler returns): a client that sends its next request once the
+	// last ended finds the slot free. One round trip after next,
+	// pipelined; queued and tried again when Redis does not take it in
+	// time (a second give-back is harmless).
+	if call == "" {
+		for i, p := range set.ps {
+			if p.conc != nil {
+				call = heldCall(set, keys, strconv.FormatInt(d[3+3*i], 10)) // the take's member
+				break
+			}
+		}
+	}
+	if t.be.rc.Check(set.give, call, make([]int64, 1), t.set.redis.timeout) != nil {
+		returnSlots(t, set, call)
+	}
+}

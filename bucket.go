@@ -322,3 +322,31 @@ func namesWait(d []int64) bool {
 	}
 	return false
 }
+
+// giveScript gives back the slots of a take's call: its keys and args
+// are the take's (heldCall, bucketScript), and each cap's key names its
+// member (tg{..}#member...): the member is removed from the cap's set,
+// or, when its take has not run yet, left as a tombstone the take
+// honours, kept maxDuration and a second (a tombstone key of another
+// type is replaced: the take honours no other). The set's rates and
+// quotas (keys without a member) are left alone.
+const giveScript = `
+for i = 1, #KEYS do
+  local ck, mem, rest = string.match(KEYS[i], '^([^}]*})#(%d+)(.*)$')
+  if ck then
+    ck = ck .. rest
+    if redis.pcall('ZREM', ck, mem) ~= 1 then
+      local rk = ck .. '}r'
+      if type(redis.pcall('SADD', rk, mem)) ~= 'number' then
+        redis.call('DEL', rk)
+        redis.call('SADD', rk, mem)
+      end
+      redis.pcall('PEXPIRE', rk, math.ceil(tonumber(ARGV[3*i]) / 1000) + 1000)
+    end
+  end
+end
+return redis.status_reply('1')
+`
+
+// giveScr is giveScript's prepared form.
+var giveScr = redis.NewScript(giveScript)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate-dev/tollgate/internal/redis"
 	"github.com/tollgate-dev/tollgate/internal/regions"
 )
 
@@ -175,7 +176,7 @@ func compile(cfg *Config, name string) (*settings, error) {
 	if err := compileAllQuotas(cfg, s, topClosed, seen); err != nil {
 		return nil, err
 	}
-	if err := compileAllConcurrency(cfg, s, topClosed); err != nil {
+	if err := s.withCaps(cfg, topClosed); err != nil {
 		return nil, err
 	}
 	if err := compileResponseCosts(cfg, s); err != nil {
@@ -230,13 +231,13 @@ func compile(cfg *Config, name string) (*settings, error) {
 	for _, p := range append([]*policy{s.top}, s.plans...) {
 		s.leases = s.leases || p != nil && p.lease.max > 0
 	}
-	if s.shards > 1 || cfg.Region != nil || s.hasQuotas() || s.costed() || s.capped() {
+	if s.shards > 1 || cfg.Region != nil || s.hasQuotas() || s.costed() || hasAnyConcurrency(cfg) {
 		s.leases = false // see Lease in the README: a sharded or regional key, or one with quotas, response costs or caps, is not leased
 	}
 	if s.redis, err = compileRedis(&cfg.Redis); err != nil {
 		return nil, err
 	}
-	if err := checkConcurrency(s); err != nil {
+	if err := checkCaps(s.policies(), s.redis.mode == redis.Cluster, s.ownKeys); err != nil {
 		return nil, err
 	}
 	if s.region, s.regionPeers, err = compileRegion(cfg.Region, s.redis); err != nil {
@@ -389,6 +390,47 @@ func compileAllQuotas(cfg *Config, s *settings, topClosed bool, names map[string
 		}
 		for _, q := range s.ruleQuotas[i] {
 			taken[q.name] = true
+		}
+	}
+	return nil
+}
+
+// withCaps compiles cfg's concurrency caps (compileCaps) after their owners' quotas.
+func (s *settings) withCaps(cfg *Config, topClosed bool) error {
+	if !hasAnyConcurrency(cfg) {
+		return nil
+	}
+	switch {
+	case s.shards > 1:
+		return errors.New("concurrency: not with shards (a client's slots are one sorted set)")
+	case cfg.Region != nil:
+		return errors.New("concurrency: not with regions (each region's Redis would hold its own slots)")
+	}
+	taken := map[string]bool{s.class: true}
+	for _, p := range s.policies() {
+		taken[p.name] = true
+	}
+	for n := range s.planIndex {
+		taken[n] = true
+	}
+	top, plans, rules, err := compileCaps(cfg, s.class, s.top, s.plans, s.rules, s.planQuotas, taken, topClosed)
+	if err != nil {
+		return err
+	}
+	if top != nil {
+		s.topQuotas = append(s.topQuotas, top)
+	}
+	if s.planQuotas == nil { // no quotas: compileAllQuotas made neither
+		s.planQuotas, s.ruleQuotas = make([][]*policy, len(s.plans)), make([][]*policy, len(s.rules))
+	}
+	for i, p := range plans {
+		if p != nil {
+			s.planQuotas[i] = append(s.planQuotas[i], p)
+		}
+	}
+	for i, p := range rules {
+		if p != nil {
+			s.ruleQuotas[i] = append(s.ruleQuotas[i], p)
 		}
 	}
 	return nil

@@ -337,3 +337,15 @@ func (s *settings) costed() bool {
 	}
 	return false
 }
+
+// returnSlots queues the give-back of set's slots named by the take's
+// call (heldCall) on the backend's charge queue, sent off the request's
+// path.
+func returnSlots(t *Tollgate, set *policySet, call string) {
+	for _, p := range set.ps {
+		if p.conc != nil {
+			chargesOf(t.be).add(&charge{give: set.give, call: call, held: p.m})
+			return
+		}
+	}
+}

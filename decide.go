@@ -15,17 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/internal/metrics"
-)
-
-// How a request was decided (DecisionHeader).
-const (
-	decidedRedis       = metrics.ByRedis
-	decidedLocal       = metrics.ByLocal
-	decidedLease       = metrics.ByLease // admitted from the pod's lease (lease.go)
-	decidedUnavailable = metrics.ByUnavailable
-	decidedCache       = metrics.ByCache    // a refusal from Redis still in force (denycache.go)
-	decidedAnswered    = metrics.NDecisions // the same, already answered from its prepared refusal
+	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
 // decide charges the request's buckets into decision d: in Redis (under
@@ -248,42 +238,6 @@ func scaleRemaining(set *policySet, d []int64, shards int64) {
 	}
 }
 
-// fallback decides without Redis: 503 (decidedUnavailable) when a policy
-// fails closed, else the local buckets decide, with the limits shared by
-// the pods seen (heartbeat.go). A plain function, its cold parts out of
-// line (see ServeHTTP).
-func fallback(t *Tollgate, set *policySet, key string, d []int64) int {
-	if set.failClosed {
-		return decidedUnavailable // counted as a 503 by refuseUnavailable
-	}
-	keys := []string{key + set.ps[0].keySuffix}
-	if len(set.ps) > 1 {
-		keys = set.localKeys(key)
-	}
-	return takeLocal(t, set, keys, d)
-}
-
-// takeLocal is the fallback's take: the local buckets of keys, one per
-// policy of set, with the limits shared by the pods seen.
-func takeLocal(t *Tollgate, set *policySet, keys []string, d []int64) int {
-	atomic.AddInt64(&t.be.fallbacks, 1)
-	n := replicasSeen(t.hb, t.set.replicas, int64(time.Since(processStart))+monoOrigin)
-	set.localsMu.Lock()
-	if set.localsN != n || set.locals == nil {
-		set.shareLocals(n)
-	}
-	lims := set.locals
-	set.localsMu.Unlock()
-	if set.held {
-		return takeHeld(t, set, keys, lims, n, d)
-	}
-	t.local.take(keys, lims, d)
-	if set.quotas {
-		localQuotas(set, d)
-	}
-	return decidedLocal
-}
-
 // ownCall returns the keys of a call over set, whose rules key clients
 // their own way, written as one string (policySet.joints): key for the
 // policies keyed as the top level, the rule's own identity's for the
@@ -296,41 +250,6 @@ func ownCall(t *Tollgate, set *policySet, req *http.Request, key string) string 
 		call += j + keys[i+1]
 	}
 	return call
-}
-
-// clientKeys returns each policy's client key: the rule's own identity's, or
-// key.
-func clientKeys(t *Tollgate, set *policySet, req *http.Request, key string) []string {
-	keys := make([]string, len(set.ps))
-	for i, p := range set.ps {
-		keys[i] = key
-		if p.source != nil {
-			keys[i] = clientKey(t.set.class, p.source.identity(req))
-		}
-	}
-	return keys
-}
-
-// fallbackOwn is fallback for a set whose rules key clients their own way
-// (key: the top level's unsharded client key).
-func fallbackOwn(t *Tollgate, set *policySet, req *http.Request, key string, d []int64) int {
-	if set.failClosed {
-		return decidedUnavailable
-	}
-	keys := clientKeys(t, set, req, key)
-	for i, p := range set.ps {
-		keys[i] += p.keySuffix
-	}
-	return takeLocal(t, set, keys, d)
-}
-
-// fallbackFor is the fallback's decision for req over set, whoever keys it.
-func fallbackFor(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
-	key := clientKey(t.set.class, t.set.source.identity(req))
-	if set.ownKeys {
-		return fallbackOwn(t, set, req, key, d)
-	}
-	return fallback(t, set, key, d)
 }
 
 // decideGroups is decideAny in a Redis Cluster, for a set whose rules key
@@ -401,19 +320,50 @@ func (s *settings) shardKey(key string) string {
 	return key[:len(key)-1] + ":" + n + "}"
 }
 
-// localQuotas fills in what the local fallback left of the quotas of set
-// in d: a quota is not counted without Redis, so its item shows the limit
-// and the time to its window's end (the pod's clock).
-func localQuotas(set *policySet, d []int64) {
-	now := quotaNow()
-	us := quotaUS(now)
-	for i, p := range set.ps {
-		if p.quota == nil {
-			continue
+// heldKeys returns each policy's key for a request over set (a set with
+// a cap) of client key: a class cap's class key, a rule keyed its own
+// way its own client key, else key. A cap's slots are its key and its
+// suffix.
+func heldKeys(t *Tollgate, set *policySet, req *http.Request, key string) []string {
+	var keys []string
+	if set.ownKeys {
+		keys = clientKeys(t, set, req, key)
+	} else {
+		keys = make([]string, len(set.ps))
+		for i := range keys {
+			keys[i] = key
 		}
-		b := p.quota.window(now)
-		d[1+3*i] = p.quota.limit
-		d[2+3*i] = 0
-		d[3+3*i] = (b[2] - us + 999) / 1000
 	}
+	for i, p := range set.ps {
+		if p.conc != nil && p.conc.class != "" {
+			keys[i] = p.conc.class
+		}
+	}
+	return keys
+}
+
+// callHeld is decideAny's Redis call over set, a set with a cap (key: the
+// client key, call: the deny cache's key, cmd: the set's call now). A
+// call that may have reached Redis and failed has its slots given back.
+func callHeld(t *Tollgate, set *policySet, req *http.Request, key, call string, cmd *redis.Command, d []int64) int {
+	hc := heldCall(set, heldKeys(t, set, req, key), newMember())
+	if err := redisCheck(t.be, cmd, hc, d, &t.set.redis, t.hb); err != nil {
+		if tookMaybe(err) {
+			returnSlots(t, set, hc) // the script may run yet: a tombstone refuses it
+		}
+		if set.ownKeys {
+			return fallbackOwn(t, set, req, key, d)
+		}
+		return fallback(t, set, key, d)
+	}
+	if d[0] != 1 {
+		set.denied.remember(call, d)
+	}
+	return decidedRedis
+}
+
+// tookMaybe reports whether a check that failed with err may have run in
+// Redis (its call was written).
+func tookMaybe(err error) bool {
+	return err != errBreakerOpen && err != redis.ErrDialFailed && err != redis.ErrNoRoute && err != redis.ErrQueueFull
 }

@@ -333,3 +333,45 @@ func (s *localStores) newStore() *localBuckets {
 	lb.now = s.now
 	return lb
 }
+
+// hold takes a slot of every key of keys that is not "" (at most caps[i]
+// held at once), all or none; d receives each one's slots left. It
+// returns the index of a full one (none taken), or -1.
+func (lb *localBuckets) hold(keys []string, caps []int64, d []int64) int {
+	lb.heldMu.Lock()
+	defer lb.heldMu.Unlock()
+	for i, k := range keys {
+		if k != "" && lb.held[k] >= caps[i] {
+			for j, kj := range keys {
+				if kj != "" {
+					d[1+3*j] = caps[j] - lb.held[kj]
+					if d[1+3*j] < 0 {
+						d[1+3*j] = 0
+					}
+				}
+			}
+			return i
+		}
+	}
+	for i, k := range keys {
+		if k != "" {
+			lb.held[k]++
+			d[1+3*i] = caps[i] - lb.held[k]
+			if d[1+3*i] < 0 {
+				d[1+3*i] = 0
+			}
+		}
+	}
+	return -1
+}
+
+// unhold gives back a slot of key taken by hold.
+func (lb *localBuckets) unhold(key string) {
+	lb.heldMu.Lock()
+	if lb.held[key] <= 1 {
+		delete(lb.held, key)
+	} else {
+		lb.held[key]--
+	}
+	lb.heldMu.Unlock()
+}

@@ -338,3 +338,19 @@ func quotaViewAt(s *policySet, now time.Time) *quotaView {
 	v.policyValue = []string{v.policyHeader}
 	return v
 }
+
+// heldCall writes the call of set's keys for member: each key, a cap's
+// followed by #member, joined by set.joints.
+func heldCall(set *policySet, keys []string, member string) string {
+	b := make([]byte, 0, 48*len(keys))
+	for i, p := range set.ps {
+		if i > 0 {
+			b = append(b, set.joints[i-1]...)
+		}
+		b = append(b, keys[i]...)
+		if p.conc != nil {
+			b = append(append(b, '#'), member...)
+		}
+	}
+	return string(b)
+}

@@ -15,7 +15,7 @@ import (
 // TestCappedConf: the bench's /capped middleware, decoded as Traefik
 // does, is /tollgate's plus a cap of 10^6 per client; built compiled, it
 // admits every request with one take's call each, and gives every slot
-// back in batches, as slotCalls and heldSlots count them.
+// back in a call of its own, as slotCalls and heldSlots count them.
 func TestCappedConf(t *testing.T) {
 	r, err := e2e.StartRedis(t.TempDir())
 	if err != nil {
@@ -64,7 +64,7 @@ func TestCappedConf(t *testing.T) {
 		}
 	}
 	var c slotCounts
-	for i := 0; i < 100; i++ { // the give-backs, sent off the response's path
+	for i := 0; i < 100; i++ { // the give-backs (a failed one is sent again off the response's path)
 		c1, err := slotCalls(r)
 		if err != nil {
 			t.Fatal(err)
@@ -85,7 +85,10 @@ func TestCappedConf(t *testing.T) {
 	if c.takes != keys*perKey || c.givenBack != keys*perKey || c.tombstones != 0 || c.held != 0 {
 		t.Errorf("slots %+v, want %d taken and given back, none before its take, none held", c, keys*perKey)
 	}
-	if gives := s1 - s0 - c.takes; gives < 1 || gives > keys*perKey {
-		t.Errorf("%d script calls for %d takes: %d give-back calls, want 1 to %d", s1-s0, c.takes, gives, keys*perKey)
+	// One give-back call per request, sent when next returns; the first
+	// may be an EVALSHA answered NOSCRIPT and its EVAL (the give-back's
+	// script is loaded on first use).
+	if gives := s1 - s0 - c.takes; gives < keys*perKey || gives > keys*perKey+2 {
+		t.Errorf("%d script calls for %d takes: %d give-back calls, want %d to %d (one per request)", s1-s0, c.takes, gives, keys*perKey, keys*perKey+2)
 	}
 }
