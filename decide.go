@@ -100,7 +100,7 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseW
 		cmd = quotaCall(set).cmd
 	}
 	if set.held {
-		return callHeld(t, set, req, rkey, call, cmd, d)
+		return callHeld(t, set, req, rkey, call, heldCall(set, heldKeys(t, set, req, rkey), newMember()), cmd, d)
 	}
 	if redisCheck(t.be, cmd, call, d, &t.set.redis, t.hb) != nil {
 		if set.ownKeys {
@@ -342,11 +342,11 @@ func heldKeys(t *Tollgate, set *policySet, req *http.Request, key string) []stri
 	return keys
 }
 
-// callHeld is decideAny's Redis call over set, a set with a cap (key: the
-// client key, call: the deny cache's key, cmd: the set's call now). A
-// call that may have reached Redis and failed has its slots given back.
-func callHeld(t *Tollgate, set *policySet, req *http.Request, key, call string, cmd *redis.Command, d []int64) int {
-	hc := heldCall(set, heldKeys(t, set, req, key), newMember())
+// callHeld is the Redis call over set, a set with a cap, of the take's
+// call hc (heldCall; key: the client key, call: the deny cache's key,
+// cmd: the set's call now). A call that may have reached Redis and
+// failed has its slots given back.
+func callHeld(t *Tollgate, set *policySet, req *http.Request, key, call, hc string, cmd *redis.Command, d []int64) int {
 	if err := redisCheck(t.be, cmd, hc, d, &t.set.redis, t.hb); err != nil {
 		if tookMaybe(err) {
 			returnSlots(t, set, hc) // the script may run yet: a tombstone refuses it

@@ -331,15 +331,7 @@ func serveCapped(t *Tollgate, rw http.ResponseWriter, req *http.Request) {
 		}
 	}
 	hc := heldCall(top, keys, newMember())
-	how := decidedRedis
-	if err := redisCheck(t.be, top.cmd, hc, d, &t.set.redis, t.hb); err != nil {
-		if tookMaybe(err) {
-			returnSlots(t, top, hc) // the script may run yet: a tombstone refuses it
-		}
-		how = fallback(t, top, key, d)
-	} else if d[0] != 1 {
-		top.denied.remember(key, d)
-	}
+	how := callHeld(t, top, req, key, key, hc, top.cmd, d)
 	if how == decidedUnavailable || d[0] != 1 {
 		t.answer(rw, req, top, d, how)
 		return
