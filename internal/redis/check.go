@@ -1,7 +1,6 @@
 package redis
 
-// A check on one node: PoolCheck (the hot path: an idle connection, solo),
-// pipelined behind others, tried once more when it cannot have run, and
+// A check on one node: PoolCheck (the hot path), pipelined behind others, tried once more when it cannot have run, and
 // the prober's PING.
 
 import (
@@ -42,10 +41,10 @@ func (c *Pool) check(cmd *Command, key string, d []int64, timeout time.Duration)
 	return PoolCheck(c, cmd, key, d, timeout, c.mono())
 }
 
-// PoolCheck is the hot path of a check on this node (see
-// the caller's hot path), at monotonic ns: it takes an idle connection and
-// runs alone on it (solo); when none is idle, the check pipelines on the
-// least busy connection (shared), and the pool may grow (pick).
+// PoolCheck is the hot path of a check on this node, at monotonic ns: the
+// check goes to the least busy connection (the first idle one), pipelined
+// behind the calls in flight there, and the pool may grow (pick). Its
+// reply comes from the connection's reader.
 func PoolCheck(c *Pool, cmd *Command, key string, d []int64, timeout time.Duration, ns int64) error {
 	var cn *rconn
 	load := deadLoad
@@ -74,21 +73,7 @@ func PoolCheck(c *Pool, cmd *Command, key string, d []int64, timeout time.Durati
 	if cn == nil {
 		return c.shared(cmd, key, d, timeout) // no connection: pick waits for the dial
 	}
-	if load == 0 {
-		if ok, err := solo(cn, cmd, key, d, timeout, c.now); ok {
-			if err != nil {
-				return c.failedOn(cn, err, cmd, key, d, timeout)
-			}
-			return nil
-		}
-	}
-	return pipelined(c, cn, cmd, key, d, timeout)
-}
-
-// pipelined runs a check on cn, busy, the shared way: its call queued
-// behind the others and its reply awaited (cn.exchange, inlined: this is
-// the hot path at saturation); a failure goes on in failedOn.
-func pipelined(c *Pool, cn *rconn, cmd *Command, key string, d []int64, timeout time.Duration) error {
+	// cn.exchange, inlined: this is the hot path.
 	cl := newCall()
 	err := send(cn, nil, cl, nil, cmd, cmd.shaHead, key, timeout, c.now)
 	if err == nil || cl.done {
@@ -105,7 +90,7 @@ func pipelined(c *Pool, cn *rconn, cmd *Command, key string, d []int64, timeout 
 	return err
 }
 
-// failedOn goes on after a check on cn (solo or pipelined) failed with
+// failedOn goes on after a check on cn failed with
 // err, as roundTrip does: a lost connection is tried once more (retry),
 // NOSCRIPT is answered by EVAL, any other error is the check's.
 func (c *Pool) failedOn(cn *rconn, err error, cmd *Command, key string, d []int64, timeout time.Duration) error {
@@ -152,6 +137,7 @@ func (c *Pool) probe(timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
+	startReader(cn, c)
 	c.CloseIdle()
 	cl := newCall()
 	if err = cn.exchange(nil, cl, pingCmd, nil, nil, "", timeout, c.now); err == nil && string(cl.line) != pongReply {

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
@@ -43,32 +44,38 @@ const monoOrigin = clock.Origin
 
 // rconn is one connection to Redis, shared by every check in flight on it.
 // Safe for concurrent use. The write lock orders calls; mu guards the
-// queue and the reading role.
+// queue. A pooled connection has a reader of its own (readLoop), from
+// before its first call to its death; a side connection is read by its
+// one user (side.go).
 type rconn struct {
 	nc net.Conn
 	br *bufio.Reader // read only by the reader
 
 	part []byte // a reply line read in part (reader only)
 
-	wmu        sync.Mutex // held while a call is queued and written (but see solo)
+	wmu        sync.Mutex // held while a call is queued and written
 	wbuf       []byte     // guarded by wmu
-	sbuf       []byte     // solo's own, guarded by mu
-	writeUntil int64      // monotonic ns until which the write deadline set leaves a write budget (solo); 0: set it
+	writeUntil int64      // monotonic ns until which the write deadline set leaves a write budget; 0: set it (guarded by wmu)
 
 	mu        sync.Mutex
 	queue     []*call       // written, reply not yet read, in stream order
-	reading   bool          // a check holds the reading role
 	dead      error         // not nil once the stream is unusable
 	inflight  int64         // len(queue), read atomically by the pool; deadLoad once dead
-	soloCall  call          // the call of a check alone on the connection (solo)
 	mixed     bool          // calls with different timeouts were written on it
-	readUntil int64         // the reader's read deadline, monotonic ns
+	readUntil int64         // the reader's read deadline, monotonic ns; 0: none (nothing owed)
 	timeout   time.Duration // the timeout of the calls written so far
 	used      int64         // monotonic ns when the pool last handed it out (guarded by the pool's mu)
 	born      int64         // monotonic ns when it joined the pool
 	epoch     int64         // the pool's epoch when it last proved good (guarded by the pool's mu; stale.go)
 	id        int64         // its CLIENT ID; 0: unknown (set before it joins the pool)
-	run       string        // its server's run_id; "": unknown (set before it joins the pool)
+	pool      *Pool         // told of its death by its reader; nil: none (a side connection, tests)
+
+	raw      syscall.RawConn  // the socket, for peek; nil: none
+	peek     func(fd uintptr) // newPeeker's look (guarded by wmu and mu)
+	peekBuf  [1]byte
+	peerGone bool // what peek saw: Redis closed the connection
+
+	run string // its server's run_id; "": unknown (set before it joins the pool)
 }
 
 // call is one request on a connection and, once done, its reply line (a
@@ -88,7 +95,26 @@ type call struct {
 }
 
 func newConn(nc net.Conn) *rconn {
-	return &rconn{nc: nc, br: bufio.NewReaderSize(nc, readerSize), wbuf: make([]byte, 0, 256)}
+	cn := &rconn{nc: nc, br: bufio.NewReaderSize(nc, readerSize), wbuf: make([]byte, 0, 256), raw: rawOf(nc)}
+	if cn.raw != nil {
+		cn.peek = newPeeker(cn)
+	}
+	return cn
+}
+
+// closedByPeer reports whether Redis closed cn, idle, and its reader has
+// not seen it yet (it was not scheduled since the FIN came): a look at the
+// socket that takes nothing (peek_linux.go). A call written to it would
+// read EOF and count as "may have run". Requires cn.wmu and cn.mu held.
+func (cn *rconn) closedByPeer() bool {
+	if cn.raw == nil {
+		return false
+	}
+	cn.peerGone = false
+	if cn.raw.Control(cn.peek) != nil {
+		return true // the socket is closed
+	}
+	return cn.peerGone
 }
 
 // calls recycles calls (and their channels): a check takes one and gives

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
@@ -207,13 +208,16 @@ func (c *Pool) dialAsync() {
 		cn.kill(errConnDead)
 		cn.mu.Unlock()
 	} else if err == nil {
+		startReader(cn, c)
 		cn.born = c.mono()
 		cn.used = cn.born
 		cn.epoch = c.epoch
 		c.conns = append(c.conns, cn)
 		c.dialFailed = false
+		c.dialCut = false
 	} else {
 		c.dialFailed = true
+		c.dialCut = errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 		if isTimeout(err) {
 			c.silentAt = c.mono()
 		}

@@ -172,10 +172,11 @@ func TestFirstBurstAfterClusterFailover(t *testing.T) {
 		time.Sleep(proveAfter + 100*time.Millisecond)
 		var stalled []*stallingConn
 		old.mu.Lock()
-		for _, cn := range old.conns {
-			stalled = append(stalled, stall(cn, run))
-		}
+		n := len(old.conns)
 		old.mu.Unlock()
+		for i := 0; i < n; i++ {
+			stalled = append(stalled, stall(t, old, i, run))
+		}
 		if k, one := burst(rc, cmd, fmt.Sprintf("b%d", run), 60, timeout); k != [Kinds]int64{} {
 			t.Errorf("run %d: 60 concurrent checks after a failover (%d connections to the old primary): failures by kind %v (%s), want none",
 				run, len(stalled), k, one)

@@ -47,7 +47,11 @@ func TestLateReplyIsTaken(t *testing.T) {
 	// timeout.
 	f := redistest.StartFake(t, "+1 3 0 2000\r\n")
 	c := clientOn(t, f, 500*time.Millisecond, 4)
-	cn := c.conns[0]
+	cn, err := c.dialSafe(true) // no reader: the test reads
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cn.nc.Close()
 	cmd := command(len(testKey))
 	if _, err := cn.nc.Write(appendCall(nil, cmd, cmd.shaHead, testKey)); err != nil {
 		t.Fatal(err)

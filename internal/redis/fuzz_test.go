@@ -39,6 +39,7 @@ func FuzzExchangeReply(f *testing.F) {
 			}
 		}()
 		cn := newConn(client)
+		startReader(cn, nil)
 		cl := newCall()
 		d := make([]int64, 4)
 		err := send(cn, nil, cl, nil, cmd, cmd.shaHead, testKey, 100*time.Millisecond, time.Now)

@@ -85,7 +85,9 @@ func silentConn(t *testing.T) *rconn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	return newConn(nc)
+	cn := newConn(nc)
+	startReader(cn, nil)
+	return cn
 }
 
 // fakeNode is a fake cluster node or sentinel: it answers the admin

@@ -66,9 +66,11 @@ type Pool struct {
 	forgotten  bool  // the topology no longer uses this node: no connection rejoins it
 	dialEnds   int64 // dials ended, for a check waiting for one
 	dialFailed bool  // the last dial failed, or a connection stopped answering; no dial succeeded since
+	dialCut    bool  // the last dial failed with its connection cut (EOF, a reset): Redis is there
 	silentAt   int64 // monotonic ns when Redis last went silent: a dial timed out, a connection went stale
 	epoch      int64 // bumped when the connections may have outlived their Redis (stale.go)
 	lastPrune  int64 // monotonic ns
+	answered   int64 // monotonic ns when a reply last came on any connection (atomic; expire)
 
 	sideMu    sync.Mutex // guards side
 	side      *rconn     // the side connection (side.go): commands outside the checks
@@ -121,6 +123,18 @@ func (c *Pool) drop(cn *rconn, silent bool) {
 		}
 	}
 	c.mu.Unlock()
+}
+
+// lost is told by cn's reader that cn died: it leaves the pool, and a
+// death the pool did not cause (Redis closed it, a reset, a reply no call
+// gets) makes its siblings suspect (stale.go): what ended it most likely
+// ended them.
+func (c *Pool) lost(cn *rconn) {
+	dead := cn.deadErr()
+	c.drop(cn, dead == errStale)
+	if dead != errConnDead && !replyFault(dead) {
+		c.suspect()
+	}
 }
 
 // pruneIdle closes the connections unused for idleTimeout but the first:

@@ -11,15 +11,10 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/clock"
 )
 
-// await returns once cl is done, reading replies when no other check
-// does. Requires cn.mu held; returns with it held.
+// await returns once cl is done: its connection's reader wakes it.
+// Requires cn.mu held; returns with it held.
 func await(cn *rconn, cl *call) {
 	for !cl.done {
-		if !cn.reading {
-			cn.reading = true
-			serve(cn, cl)
-			continue
-		}
 		cl.waiting = true
 		cn.mu.Unlock()
 		<-cl.wake
@@ -27,20 +22,55 @@ func await(cn *rconn, cl *call) {
 	}
 }
 
-// serve reads replies as the reader until me is done and nothing more is
-// buffered, then passes the reading on. Requires cn.mu held and the
-// reading role taken; returns with cn.mu held and the role released.
-func serve(cn *rconn, me *call) {
-	for len(cn.queue) > 0 && (!me.done || cn.br.Buffered() > 0) {
-		// The deadline is set under the lock: a call written meanwhile with
-		// an earlier one lowers it (send).
-		until := cn.queue[0].deadline // oldestDeadline, its common case inlined
-		if cn.mixed || cn.queue[0].done || until == 0 {
-			until = cn.oldestDeadline()
+// startReader starts cn's reader (readLoop); c, when not nil, is told of
+// its death (lost). Before cn's first call.
+func startReader(cn *rconn, c *Pool) {
+	cn.pool = c
+	go readLoop(cn, c)
+}
+
+// readLoop is cn's reader, for its whole life: it reads replies in order
+// and hands each to its call, until the connection dies (a read error, a
+// reply no call of ours gets, a close). While calls are owed it reads until
+// the deadline of the oldest one waiting (then fails those past theirs);
+// while nothing is owed it reads with no deadline, so Redis's FIN or RST
+// kills the connection when it arrives, before another call is written to
+// it. Then it tells the pool (lost) and ends: a goroutine per open
+// connection, ending with it.
+func readLoop(cn *rconn, c *Pool) {
+	defer func() {
+		// A panic here would end the whole Traefik process: the
+		// connection dies instead, its calls failed.
+		if r := recover(); r != nil {
+			cn.mu.Lock()
+			cn.kill(errConnDead)
+			cn.mu.Unlock()
+		}
+		if c != nil {
+			c.lost(cn)
+		}
+	}()
+	mu := &cn.mu
+	mu.Lock()
+	cn.readUntil = -1 // the dial's deadline is cleared below when nothing is owed
+	for cn.dead == nil {
+		// The deadline is set under the lock: a call written meanwhile
+		// with an earlier one lowers it (send).
+		var until int64
+		var err error
+		if q := cn.queue; len(q) > 0 {
+			until = q[0].deadline // oldestDeadline, its common case inlined
+			if cn.mixed || q[0].done || until == 0 {
+				until = cn.oldestDeadline()
+			}
+		}
+		if until != 0 {
+			err = cn.nc.SetReadDeadline(processStart.Add(time.Duration(until - monoOrigin))) // wallTime, inlined
+		} else if cn.readUntil != 0 {
+			err = cn.nc.SetReadDeadline(time.Time{})
 		}
 		cn.readUntil = until
-		err := cn.nc.SetReadDeadline(processStart.Add(time.Duration(until - monoOrigin))) // wallTime, inlined
-		cn.mu.Unlock()
+		mu.Unlock()
 		var line []byte
 		if err == nil {
 			line, err = cn.br.ReadSlice('\n') // readLine, its common case inlined
@@ -48,29 +78,37 @@ func serve(cn *rconn, me *call) {
 				line, err = cn.readMore(line, err)
 			}
 		}
-		cn.mu.Lock()
+		mu.Lock()
 		if cn.dead != nil {
-			break // killed meanwhile (a failed write): every call failed
+			break // killed meanwhile (a failed write, closed idle): every call failed
+		}
+		if err != nil && isTimeout(err) && until == 0 {
+			continue // a deadline set for a call and cleared since
+		}
+		if len(cn.queue) == 0 {
+			if err == nil {
+				err = ErrBadReply // a reply no call of ours gets
+			} else if isTimeout(err) {
+				continue // a deadline of calls answered since
+			}
+			cn.kill(err)
+			break
 		}
 		if err != nil || line[0] != '+' || len(line) < 3 {
 			cn.take(line, err)
 			continue
 		}
-		// take, pop, finish and wake, their common case inlined: under
-		// Yaegi four calls a reply cost more than this frame's values.
+		// take, pop, finish and wake, their common case inlined.
 		cl := cn.queue[0]
 		cn.queue[0] = nil
 		cn.queue = cn.queue[1:]
 		atomic.StoreInt64(&cn.inflight, int64(len(cn.queue)))
-		if next := cn.queue; len(next) > 0 && !next[0].done && next[0].deadline != 0 { // extendTo, inlined
-			nx := next[0]
-			dl := int64(time.Since(processStart)) + monoOrigin + nx.timeout
-			if last := nx.sent + queueWait*nx.timeout; dl > last {
-				dl = last
-			}
-			if dl > nx.deadline {
-				nx.deadline = dl
-			}
+		now := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
+		if c != nil {
+			atomic.StoreInt64(&c.answered, now)
+		}
+		if next := cn.queue; len(next) > 0 && !next[0].done && next[0].deadline != 0 {
+			extendTo(next[0], now)
 		}
 		if !cl.done {
 			cl.line = append(cl.line[:0], line...)
@@ -81,7 +119,7 @@ func serve(cn *rconn, me *call) {
 			}
 		}
 	}
-	cn.release()
+	mu.Unlock()
 }
 
 // take hands what one read gave (a reply line, or the error that ended
@@ -97,6 +135,9 @@ func (cn *rconn) take(line []byte, err error) {
 		return
 	}
 	cl := cn.pop()
+	if c := cn.pool; c != nil {
+		atomic.StoreInt64(&c.answered, clock.Mono())
+	}
 	switch {
 	case len(line) >= 3 && line[0] == '+':
 		finish(cl, line, nil)
@@ -121,18 +162,6 @@ func (cn *rconn) pop() *call {
 		cn.queue[0].extend(clock.Mono())
 	}
 	return cl
-}
-
-// release gives up the reading role, waking the first check still
-// waiting for its reply to take it. Requires cn.mu held.
-func (cn *rconn) release() {
-	cn.reading = false
-	for _, cl := range cn.queue {
-		if !cl.done && cl.waiting {
-			wake(cl) // the next reader
-			break
-		}
-	}
 }
 
 // extend gives the call now at the head of its connection its whole
@@ -168,7 +197,9 @@ const queueWait = 10
 // timeout (calls are written with increasing deadlines), else found by a
 // scan (middlewares with other timeouts share the connection). A call
 // still being written has none yet: the reader looks again within
-// staleAfter. Requires cn.mu held.
+// staleAfter; 0 when no call waits (the replies owed are owed to no one:
+// the reader waits for them with no deadline, and a connection is judged
+// stale only while a call waits). Requires cn.mu held.
 func (cn *rconn) oldestDeadline() int64 {
 	var earliest int64
 	for _, cl := range cn.queue {
@@ -186,9 +217,6 @@ func (cn *rconn) oldestDeadline() int64 {
 			break
 		}
 	}
-	if earliest == 0 {
-		return cn.queue[0].deadline + int64(staleAfter)
-	}
 	return earliest
 }
 
@@ -203,10 +231,30 @@ const staleAfter = 250 * time.Millisecond
 // whether the connection owes a reply staleAfter past its deadline.
 // Requires cn.mu held.
 func (cn *rconn) expire(now int64) bool {
+	var answered int64 // when Redis last answered one of the node's calls
+	if c := cn.pool; c != nil {
+		answered = atomic.LoadInt64(&c.answered)
+	}
 	for _, cl := range cn.queue {
-		if !cl.done && cl.deadline != 0 && now >= cl.deadline {
-			finish(cl, nil, ErrTimeout)
+		if cl.done || cl.deadline == 0 || now < cl.deadline {
+			continue
 		}
+		// Redis answered the node's other calls within this call's
+		// timeout: it is working through a burst written before this
+		// call (on this pod's other connections, or other pods'), not
+		// failing. The call waits on, up to queueWait timeouts after its
+		// write.
+		if last := cl.sent + queueWait*cl.timeout; now-answered < cl.timeout && now < last {
+			dl := answered + cl.timeout
+			if dl > last {
+				dl = last
+			}
+			if dl > now {
+				cl.deadline = dl
+				continue
+			}
+		}
+		finish(cl, nil, ErrTimeout)
 	}
 	if len(cn.queue) == 0 {
 		return false
@@ -243,7 +291,7 @@ func (cn *rconn) closeIfIdle() bool {
 		return false
 	}
 	defer cn.mu.Unlock()
-	if len(cn.queue) > 0 || cn.reading {
+	if len(cn.queue) > 0 {
 		return false
 	}
 	cn.kill(errConnDead)

@@ -74,15 +74,15 @@ func (c *Pool) usable(notBefore, ns int64) (*rconn, *rconn, *rconn) {
 	return best, suspect, busy
 }
 
-// owesOnly reports whether every call on cn is done (timed out) and no
-// check reads: what it carries are replies owed to no one. It does not
+// owesOnly reports whether every call on cn is done (timed out): what it
+// carries are replies owed to no one. It does not
 // wait for cn's lock.
 func (cn *rconn) owesOnly() bool {
 	if !cn.mu.TryLock() {
 		return false
 	}
 	defer cn.mu.Unlock()
-	if cn.reading || cn.dead != nil {
+	if cn.dead != nil {
 		return false
 	}
 	for _, cl := range cn.queue {
@@ -247,24 +247,36 @@ func (c *Pool) retry(cn *rconn, cl *call, err error, pre *call, prefix []byte, c
 		}
 		notBefore = c.mono() // a connection to the Redis there is now
 	}
-	next, perr := c.pick(notBefore, timeout)
-	if perr != nil || notBefore != 0 && !restarted(cn, next) {
-		return cl, err // the same Redis (or unknown): it may have run the call
-	}
-	if pre != nil {
-		*pre = call{wake: pre.wake}
-	}
-	cl = newCall()
-	if err = next.exchange(pre, cl, prefix, cmd, head, key, timeout, c.now); err != nil {
-		if !replyFault(err) {
-			c.suspect()
+	// A call that cannot have run is tried again within its budget: a
+	// connection killed with its siblings (CLIENT KILL, a failover) may
+	// leave the next pick another dead one, or a dial cut under way.
+	until := c.mono() + int64(timeout)
+	for try := 0; ; try++ {
+		next, perr := c.pick(notBefore, timeout)
+		if perr != nil || notBefore != 0 && !restarted(cn, next) {
+			return cl, err // the same Redis (or unknown): it may have run the call
 		}
-		if dead := next.deadErr(); dead != nil {
-			c.drop(next, dead == errStale)
+		if pre != nil {
+			*pre = call{wake: pre.wake}
 		}
+		cl = newCall()
+		if err = next.exchange(pre, cl, prefix, cmd, head, key, timeout, c.now); err != nil {
+			if !replyFault(err) {
+				c.suspect()
+			}
+			if dead := next.deadErr(); dead != nil {
+				c.drop(next, dead == errStale)
+			}
+		}
+		if !neverSent(err) || try == maxResends || c.mono() >= until {
+			return cl, err
+		}
+		cn, notBefore = next, 0
 	}
-	return cl, err
 }
+
+// maxResends bounds the tries again of a call that cannot have run.
+const maxResends = 3
 
 // pick returns the least busy connection dialled at notBefore (monotonic
 // ns) or later and known good, starting a dial when all are busy and the
@@ -275,6 +287,7 @@ func (c *Pool) retry(cn *rconn, cl *call, err error, pre *call, prefix []byte, c
 // being proven and being dialled are at most poolSize.
 func (c *Pool) pick(notBefore int64, timeout time.Duration) (*rconn, error) {
 	waited := int64(-1) // the dials ended when this check began to wait for one
+	recut := false      // it waits for a dial again after one was cut
 	c.mu.Lock()
 	for {
 		if c.forgotten {
@@ -308,7 +321,13 @@ func (c *Pool) pick(notBefore int64, timeout time.Duration) (*rconn, error) {
 			c.mu.Unlock()
 			return best, nil
 		}
-		failed := waited >= 0 && c.dialEnds != waited && c.dialFailed // the dial this check waited for failed
+		// The dial this check waited for failed; one cut under way (a
+		// CLIENT KILL, a failover caught it in its handshake) is waited
+		// for once more.
+		failed := waited >= 0 && c.dialEnds != waited && c.dialFailed
+		if failed && c.dialCut && !recut {
+			failed, recut, waited = false, true, c.dialEnds
+		}
 		if c.dialing == 0 && !failed && len(c.conns)+c.proving < c.poolSize {
 			c.startDial()
 		}

@@ -20,11 +20,11 @@ import (
 
 // stallingConn is a connection read by a pod descheduled at the worst
 // moments: reads from and from+1 (counted from 1) time out with the reply
-// in the socket. The first returns once the deadline it was given has
-// passed and the reply is in (its reader came after its deadline); the
-// second a millisecond past its own deadline (its reader was descheduled
-// between setting the deadline and reading: Go then fails the read
-// without looking at the socket). Later reads get what was held back.
+// in the socket. The first returns once the reply is in and the deadline
+// set for it has passed (its reader came after its deadline); the second
+// a millisecond past its own deadline (its reader was descheduled between
+// setting the deadline and reading: Go then fails the read without
+// looking at the socket). Later reads get what was held back.
 type stallingConn struct {
 	net.Conn
 	from int
@@ -35,12 +35,26 @@ type stallingConn struct {
 	held     []byte
 }
 
-// stall wraps cn's connection in a stallingConn stalling reads from and
-// from+1; cn must be idle, nothing buffered.
-func stall(cn *rconn, from int) *stallingConn {
+// stall replaces the i-th connection of c, idle, by a fresh one to the
+// same server whose reads from and from+1 stall: wrapped before its reader
+// starts, it takes the old one's place (proven at the pool's epoch, used
+// now) and the old one is closed.
+func stall(t *testing.T, c *Pool, i, from int) *stallingConn {
+	t.Helper()
+	cn, err := c.dialSafe(true)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sc := &stallingConn{Conn: cn.nc, from: from}
 	cn.nc = sc
 	cn.br = bufio.NewReaderSize(sc, readerSize)
+	startReader(cn, c)
+	c.mu.Lock()
+	old := c.conns[i]
+	cn.epoch, cn.used, cn.born = old.epoch, old.used, old.born
+	c.conns[i] = cn
+	c.mu.Unlock()
+	old.closeIfIdle()
 	return sc
 }
 
@@ -58,7 +72,6 @@ func (s *stallingConn) Read(p []byte) (int, error) {
 	s.mu.Unlock()
 	switch {
 	case n == s.from:
-		time.Sleep(time.Until(deadline) + time.Millisecond)
 		buf := make([]byte, readerSize)
 		_ = s.Conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 		got, err := s.Conn.Read(buf)
@@ -67,19 +80,22 @@ func (s *stallingConn) Read(p []byte) (int, error) {
 		}
 		s.mu.Lock()
 		s.held = append(s.held, buf[:got]...)
+		deadline = s.deadline // set for the call meanwhile, if it waited with none
 		s.mu.Unlock()
+		time.Sleep(time.Until(deadline) + time.Millisecond)
 		return 0, os.ErrDeadlineExceeded
 	case n == s.from+1:
 		time.Sleep(time.Until(deadline) + time.Millisecond)
 		return 0, os.ErrDeadlineExceeded
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if len(s.held) > 0 {
 		got := copy(p, s.held)
 		s.held = s.held[got:]
+		s.mu.Unlock()
 		return got, nil
 	}
+	s.mu.Unlock() // a connection's reader waits here while nothing is owed
 	return s.Conn.Read(p)
 }
 
@@ -99,7 +115,7 @@ func TestReplyInTimeIsTakenWhenTheLateLookIsStalled(t *testing.T) {
 	f := redistest.StartFake(t, "+1 3 0 2000\r\n")
 	const timeout = 100 * time.Millisecond
 	c := clientOn(t, f, timeout, 1)
-	sc := stall(c.conns[0], 1)
+	sc := stall(t, c, 0, 1)
 	d := make([]int64, 4)
 	if err := c.check(command(len(testKey)), testKey, d, timeout); err != nil || d[0] != 1 {
 		t.Fatalf("a check answered in time, read late by a pod descheduled twice: %v %v; want the decision", err, d)
@@ -133,7 +149,7 @@ func TestStalledProofOfAnOwingConnectionLeavesThePoolUsable(t *testing.T) {
 	cn.used -= int64(proveAfter) // idle: it proves itself first
 	c.mu.Unlock()
 	time.Sleep(20 * time.Millisecond) // the owed reply arrives
-	sc := stall(cn, 1)
+	sc := stall(t, c, 0, 1)
 	cmd := command(len(testKey))
 	var failed []string
 	for i := 0; i < 5; i++ {

@@ -1,8 +1,7 @@
 package redis
 
-// The solo path (wire.go) beside the shared one: buffers, deadlines,
-// timeouts and the numbers a decision may carry. Each test failed on a
-// first version of solo.
+// The write path (wire.go): buffers, write deadlines, and the numbers a
+// decision may carry.
 
 import (
 	"errors"
@@ -18,14 +17,14 @@ import (
 // pod in production) must not write past a write deadline judged by that
 // stale reading: the write would fail, the connection die (errOwed), its
 // idle siblings close and the check wait for a dial. solo reads the clock
-// again after the locks.
+// again after the locks (send).
 func TestStalledCheckKeepsItsConnection(t *testing.T) {
 	f := redistest.StartFake(t, "+1 3 0 2000\r\n")
 	c := clientOn(t, f, 5*time.Millisecond, 4) // write budget 50 ms
 	first := c.conns[0]
 	cmd := command(len(testKey))
 	d := make([]int64, 4)
-	// solo sets the write deadline: now + 100 ms, writeUntil now + 50 ms.
+	// send sets the write deadline: now + 100 ms, writeUntil now + 50 ms.
 	if err := PoolCheck(c, cmd, testKey, d, 5*time.Millisecond, c.mono()); err != nil {
 		t.Fatalf("first check: %v", err)
 	}
@@ -57,39 +56,9 @@ func TestNineteenDigitNumbersAreDecoded(t *testing.T) {
 	}
 }
 
-// A 5 ms check pipelined behind a 500 ms solo check on the same connection
-// lowers the reader's deadline (solo records its timeout as send does), so
-// it times out at about 5 ms, not at the solo call's deadline.
-// (TestShortTimeoutIsNotHeldByALongerOne covers send behind send.)
-func TestShortTimeoutBehindSolo(t *testing.T) {
-	cn := silentConn(t)
-	cmd := command(4)
-	soloDone := make(chan struct{})
-	go func() {
-		defer close(soloDone)
-		_, _ = solo(cn, cmd, "abcd", make([]int64, 4), 500*time.Millisecond, time.Now)
-	}()
-	for {
-		cn.mu.Lock()
-		r := cn.reading && len(cn.queue) == 1 && cn.queue[0].deadline != 0
-		cn.mu.Unlock()
-		if r {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	el, err := awaitShort(t, cn)
-	<-soloDone
-	if err != ErrTimeout || el > 100*time.Millisecond {
-		t.Fatalf("a 5 ms check behind a 500 ms solo one: %v after %v; want ErrTimeout at about 5 ms", err, el)
-	}
-}
-
-// Run with -race: solo builds its call in a buffer of its own (under mu),
-// never in send's (under wmu): once a send's call is answered the queue is
-// empty and the next solo writes, with no happens-before edge from the
-// send's Write (a socket is no synchronisation in the memory model).
-func TestSoloSharesNoBufferWithSend(t *testing.T) {
+// Run with -race: checks and calls from many goroutines share one
+// connection's write buffer (under wmu) and its reader's replies.
+func TestConcurrentChecksShareOneConnection(t *testing.T) {
 	f := redistest.StartFake(t, "+1 3 0 2000\r\n")
 	c := clientOn(t, f, 200*time.Millisecond, 1)
 	cmd := command(4)
@@ -103,7 +72,10 @@ func TestSoloSharesNoBufferWithSend(t *testing.T) {
 				if (g+i)%4 == 0 {
 					_, _ = c.call(cmd, "abcd", 200*time.Millisecond) // send, the shared way
 				} else {
-					_ = c.check(cmd, "abcd", d, 200*time.Millisecond) // solo when the connection is idle
+					if err := c.check(cmd, "abcd", d, 200*time.Millisecond); err != nil {
+						t.Error(err)
+						return
+					}
 				}
 			}
 		}(g)
@@ -112,7 +84,7 @@ func TestSoloSharesNoBufferWithSend(t *testing.T) {
 }
 
 // A command's verify judges the replies whose first number is not 1, on
-// every path that decodes (solo here, shared and topology alike through
+// every path that decodes (the pool's here, topology alike through
 // decode), and its error is the call's; a reply with 1 first is not shown
 // to it.
 func TestVerifyJudgesRefusalsOnly(t *testing.T) {
