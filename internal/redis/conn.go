@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
@@ -70,11 +69,6 @@ type rconn struct {
 	id        int64         // its CLIENT ID; 0: unknown (set before it joins the pool)
 	pool      *Pool         // told of its death by its reader; nil: none (a side connection, tests)
 
-	raw      syscall.RawConn  // the socket, for peek; nil: none
-	peek     func(fd uintptr) // newPeeker's look (guarded by wmu and mu)
-	peekBuf  [1]byte
-	peerGone bool // what peek saw: Redis closed the connection
-
 	run string // its server's run_id; "": unknown (set before it joins the pool)
 }
 
@@ -95,26 +89,7 @@ type call struct {
 }
 
 func newConn(nc net.Conn) *rconn {
-	cn := &rconn{nc: nc, br: bufio.NewReaderSize(nc, readerSize), wbuf: make([]byte, 0, 256), raw: rawOf(nc)}
-	if cn.raw != nil {
-		cn.peek = newPeeker(cn)
-	}
-	return cn
-}
-
-// closedByPeer reports whether Redis closed cn, idle, and its reader has
-// not seen it yet (it was not scheduled since the FIN came): a look at the
-// socket that takes nothing (peek_linux.go). A call written to it would
-// read EOF and count as "may have run". Requires cn.wmu and cn.mu held.
-func (cn *rconn) closedByPeer() bool {
-	if cn.raw == nil {
-		return false
-	}
-	cn.peerGone = false
-	if cn.raw.Control(cn.peek) != nil {
-		return true // the socket is closed
-	}
-	return cn.peerGone
+	return &rconn{nc: nc, br: bufio.NewReaderSize(nc, readerSize), wbuf: make([]byte, 0, 256)}
 }
 
 // calls recycles calls (and their channels): a check takes one and gives

@@ -14,7 +14,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"syscall"
 	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
@@ -178,6 +177,17 @@ func dialOptions(tlsConf *tls.Config, deadline time.Time, username, password str
 	return opts
 }
 
+// cut reports a dial whose connection was cut under way (EOF, a reset, a
+// broken pipe: Redis is there and closed it), as opposed to refused or
+// timed out. By the error's text: the interpreter has no syscall package.
+func cut(err error) bool {
+	if errors.Is(err, io.EOF) {
+		return true
+	}
+	s := err.Error()
+	return strings.Contains(s, "connection reset by peer") || strings.Contains(s, "broken pipe")
+}
+
 // startDial dials one connection on a goroutine of its own. Requires c.mu
 // held.
 func (c *Pool) startDial() {
@@ -217,7 +227,7 @@ func (c *Pool) dialAsync() {
 		c.dialCut = false
 	} else {
 		c.dialFailed = true
-		c.dialCut = errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+		c.dialCut = cut(err)
 		if isTimeout(err) {
 			c.silentAt = c.mono()
 		}

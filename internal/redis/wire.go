@@ -35,7 +35,6 @@ package redis
 // Redis (errNotSent): the check tries it on another.
 
 import (
-	"io"
 	"sync/atomic"
 	"time"
 )
@@ -56,7 +55,7 @@ func send(cn *rconn, pre, cl *call, prefix []byte, cmd *Command, head []byte, ke
 	cn.wmu.Lock()
 	mu.Lock()
 	q := cn.queue
-	if cn.dead != nil || len(q) >= maxQueue || len(q) == 0 && cn.closedByPeer() {
+	if cn.dead != nil || len(q) >= maxQueue {
 		return cn.refuse()
 	}
 	if pre != nil {
@@ -129,9 +128,6 @@ func (cn *rconn) renewWriteDeadline(ns int64, timeout time.Duration, wall func()
 // or its queue full. Requires cn.wmu and cn.mu held; releases them.
 func (cn *rconn) refuse() error {
 	err := ErrQueueFull
-	if cn.dead == nil && len(cn.queue) == 0 {
-		cn.kill(io.EOF) // closed by Redis (closedByPeer): its reader ends
-	}
 	if cn.dead != nil {
 		err = errNotSent // it may be tried on another connection
 	}
