@@ -9,7 +9,10 @@ package redis
 // the script's runs are counted against the checks.
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -148,5 +151,86 @@ func TestIdleCloseByRedisIsSeenBeforeTheNextCheck(t *testing.T) {
 	}
 	if got := runs(t, addr) - before; got != answered {
 		t.Errorf("%d checks answered, the script ran %d times", answered, got)
+	}
+}
+
+// gatedConn holds its reader's reads until open is closed: a reader not
+// yet scheduled when Redis's FIN came.
+type gatedConn struct {
+	net.Conn
+	open chan struct{}
+}
+
+func (g *gatedConn) Read(p []byte) (int, error) {
+	<-g.open
+	return g.Conn.Read(p)
+}
+
+// closingServer accepts one connection; read says whether it reads a
+// call before it closes the connection (without answering).
+func closingServer(t *testing.T, read bool) (addr string, closed chan struct{}) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	closed = make(chan struct{})
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		if read {
+			_, _ = redistest.ReadCommand(bufio.NewReader(c))
+		}
+		c.Close()
+		close(closed)
+	}()
+	return l.Addr().String(), closed
+}
+
+// A call written to a connection Redis had closed before (its FIN in the
+// socket, the reader not scheduled yet) cannot have run: it fails with
+// errNotSent, which the pool tries on another connection. A call Redis
+// read before it closed the connection may have run: EOF, never tried
+// again.
+func TestCallAfterTheFINIsToldFromOneRedisRead(t *testing.T) {
+	for _, tc := range []struct {
+		desc string
+		read bool
+		want error
+	}{
+		{"written after Redis closed the connection", false, errNotSent},
+		{"read by Redis, then the connection closed", true, io.EOF},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			addr, closed := closingServer(t, tc.read)
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			g := &gatedConn{Conn: nc, open: make(chan struct{})}
+			cn := newConn(g)
+			startReader(cn, nil)
+			if !tc.read {
+				<-closed
+				time.Sleep(10 * time.Millisecond) // the FIN is in
+			}
+			cl := newCall()
+			cmd := command(len(testKey))
+			if err := send(cn, nil, cl, nil, cmd, cmd.shaHead, testKey, time.Second, time.Now); err != nil {
+				t.Fatal(err)
+			}
+			<-closed
+			close(g.open)
+			cn.mu.Lock()
+			await(cn, cl)
+			cn.mu.Unlock()
+			if cl.err != tc.want {
+				t.Errorf("the call failed with %v, want %v", cl.err, tc.want)
+			}
+		})
 	}
 }

@@ -5,6 +5,8 @@ package redis
 
 import (
 	"bytes"
+	"crypto/tls"
+	"io"
 	"sync/atomic"
 	"time"
 
@@ -94,6 +96,10 @@ func readLoop(cn *rconn, c *Pool) {
 			cn.kill(err)
 			break
 		}
+		if err == io.EOF && len(cn.queue) == 1 {
+			cn.closedBefore() // err is EOF: the call may not have reached Redis
+			break
+		}
 		if err != nil || line[0] != '+' || len(line) < 3 {
 			cn.take(line, err)
 			continue
@@ -121,6 +127,41 @@ func readLoop(cn *rconn, c *Pool) {
 	}
 	mu.Unlock()
 }
+
+// closedBefore ends cn, which Redis closed (EOF) with one call owed: did
+// the call reach Redis before it closed the connection? Redis closes a
+// connection it has read everything from with a FIN, and its kernel
+// answers data that comes after that with a reset. So a call written
+// after the FIN came (the reader had not seen it yet: a burst right
+// after a CLIENT KILL or a failover) draws a reset within a round trip,
+// and one Redis read before closing draws none: after resetWait, an
+// empty write on the socket fails only in the first case. That call
+// cannot have run, and fails with errNotSent (the check tries it on
+// another connection); any other may have run and fails with EOF. No
+// call is written meanwhile: cn is dead from the start. Requires cn.mu
+// held; returns with it held and cn killed.
+func (cn *rconn) closedBefore() {
+	cn.dead = io.EOF
+	atomic.StoreInt64(&cn.inflight, deadLoad)
+	cn.mu.Unlock()
+	time.Sleep(resetWait)
+	nc := cn.nc
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	_, werr := nc.Write(nil)
+	cn.mu.Lock()
+	if werr != nil && !isTimeout(werr) && len(cn.queue) == 1 {
+		finish(cn.queue[0], nil, errNotSent)
+	}
+	cn.dead = nil
+	cn.kill(io.EOF)
+}
+
+// resetWait is how long closedBefore waits for a reset: a few round trips
+// on a LAN. A reset later than that is not seen, and the call counts as
+// possibly run (the caller's failure policy decides it).
+const resetWait = 2 * time.Millisecond
 
 // take hands what one read gave (a reply line, or the error that ended
 // the read) to the head of the queue. Requires cn.mu held, the reading

@@ -89,7 +89,7 @@ func send(cn *rconn, pre, cl *call, prefix []byte, cmd *Command, head []byte, ke
 	sent := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
 	mu.Lock()
 	if err != nil {
-		cn.sendFailed(pre, cl)
+		cn.sendFailed(pre, cl, err)
 	} else {
 		// One field a statement: Yaegi v0.16.1 drops the first values of a
 		// multiple assignment to fields whose last value is a call.
@@ -139,10 +139,20 @@ func (cn *rconn) refuse() error {
 // sendFailed fails cl and pre, whose write failed: they may be tried
 // again; the calls written before them may have reached Redis and must not
 // be charged twice (errOwed). Requires cn.mu held.
-func (cn *rconn) sendFailed(pre, cl *call) {
+func (cn *rconn) sendFailed(pre, cl *call, err error) {
 	finish(cl, nil, errWrite)
 	if pre != nil {
 		finish(pre, nil, errWrite)
+	}
+	// A reset refused the write: Redis's kernel answered data of ours
+	// that Redis never read, which is the one call written before (see
+	// closedBefore), when there is one alone.
+	mine := 1 // cl, and pre
+	if pre != nil {
+		mine = 2
+	}
+	if q := cn.queue; reset(err) && len(q) == 1+mine && !q[0].done {
+		finish(q[0], nil, errNotSent)
 	}
 	cn.kill(errOwed)
 }
