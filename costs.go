@@ -10,8 +10,8 @@ package tollgate
 // holds charges, sends them in batches: one script call for up to
 // maxChargeBatch charges (one per charge and bucket in a Cluster, whose
 // calls' keys share a slot). A bucket may go into debt (chargeScript): its
-// TAT past a full refill, so that later requests wait until it is back
-// above zero; the check reads the debt mark (K}d) before it would take
+// TAT past a full refill by the whole amount charged, so that later
+// requests wait until it is back above zero; the check reads the debt mark (K}d) before it would take
 // such a TAT for a clock stepped back. A malformed header is counted and
 // charges nothing; a full queue drops the charge and counts it; a failed
 // call counts its charges. The header reaches the client: it is read
@@ -237,10 +237,11 @@ func chargeCommand(batch []*charge, only int) *redis.Command {
 //	      the amount to charge (a quota's: -limit, its windows, amount)
 //	KEYS  each triple's key, in order
 //
-// A bucket is charged the amount whatever it holds, into debt: its TAT at
-// most a full refill plus one burst (or the amount, when more) ahead,
-// and then, past a full refill, the same value under K}d, so that the
-// check keeps the debt rather than take it for a clock stepped back. A
+// A bucket is charged the amount whatever it holds, into debt, all of it:
+// concurrent requests each charge their whole response, and the client
+// waits until the debt is paid (only the 100-year horizon of every key
+// bounds it). Past a full refill the same value goes under K}d, so that
+// the check keeps the debt rather than take it for a clock stepped back. A
 // quota's counter (of the window that holds TIME) grows by the amount. A
 // key of another type is skipped.
 // chargeScr is chargeScript's prepared form.
@@ -276,9 +277,8 @@ while a <= #ARGV do
         local v = tonumber(r)
         if v then tat = v / 64 end
         if tat < now then tat = now end
-        local most = now + cap + math.max(cap, iv * c)
         tat = tat + iv * c
-        if tat > most then tat = most end
+        if tat > now + maxms * 1000 then tat = now + maxms * 1000 end
         local val = string.format('%.0f', math.floor(tat * 64 + 0.5))
         local px = math.min(maxms, math.max(1, math.ceil((tat - now) / 1000)))
         redis.call('SET', key, val, 'PX', px)

@@ -10,6 +10,9 @@ package e2e
 
 import (
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -114,7 +117,7 @@ func TestFleetBurstFarAboveThePool(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			fe := startFleet(t, userReplicas, conf, "api@file")
 			fe.mustSend(0, "GET", "/", fleetKey(t, "warm"))
-			for _, n := range []int{300, 600} {
+			for _, n := range burstSizes {
 				granted := grants(t, fe.redis)
 				rs, elapsed := fe.burstAt(n, fleetKey(t, name), roundRobin)
 				what := name + ", " + itoa(n) + " concurrent for one key over 3 replicas"
@@ -128,6 +131,24 @@ func TestFleetBurstFarAboveThePool(t *testing.T) {
 		})
 	}
 }
+
+// burstSizes are TestFleetBurstFarAboveThePool's bursts; TOLLGATE_BURSTS
+// (comma-separated) sets others, for the figures of a run by hand.
+var burstSizes = func() []int {
+	v := os.Getenv("TOLLGATE_BURSTS")
+	if v == "" {
+		return []int{300, 600, 1000}
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 || n > 5000 {
+			panic("TOLLGATE_BURSTS: " + v)
+		}
+		out = append(out, n)
+	}
+	return out
+}()
 
 func TestFleetClientKillMidBurst(t *testing.T) {
 	// Redis drops every client while 200 concurrent requests for one key
