@@ -167,8 +167,11 @@ func ceilMS(us float64) int64 {
 //	             maxDuration (µs); its key is the slots' sorted set with
 //	             the pod's member after the key's tag (tg{..}#member...):
 //	             expired slots are swept (and any whose deadline is
-//	             further than maxDuration: a clock stepped back, a
-//	             maxDuration lowered), and the request takes a slot,
+//	             further ahead than the longest hold any cap may ask, 24 h
+//	             and a second: a clock stepped back a day; caps of other
+//	             maxDurations share the key and never sweep each other's
+//	             slots), the key's expiry is only ever extended, and the
+//	             request takes a slot,
 //	             scored by its deadline, when fewer than max are held
 //	             and no tombstone (}c}r) says the pod gave it up; it
 //	             reports the slots left, 1000 ms as its wait when full,
@@ -219,7 +222,7 @@ for i = 1, n do
     qk[i], qe[i] = ck, mem
     if redis.pcall('SREM', ck .. '}r', mem) == 1 then qe[i] = false end
     redis.pcall('ZREMRANGEBYSCORE', ck, '-inf', now)
-    redis.pcall('ZREMRANGEBYSCORE', ck, '(' .. string.format('%.0f', now + cost[i]), '+inf')
+    redis.pcall('ZREMRANGEBYSCORE', ck, '(' .. string.format('%.0f', now + 86401000000), '+inf')
     local c = redis.pcall('ZCARD', ck)
     if type(c) ~= 'number' then redis.call('DEL', ck); c = 0 end
     s[i] = c
@@ -277,7 +280,8 @@ for i = 1, n do
     local c, id = s[i], '0'
     if ok == 1 and qe[i] then
       redis.call('ZADD', qk[i], now + cost[i], qe[i])
-      redis.call('PEXPIRE', qk[i], math.ceil(cost[i] / 1000) + 1000)
+      local px = math.ceil(cost[i] / 1000) + 1000
+      if redis.call('PTTL', qk[i]) < px then redis.call('PEXPIRE', qk[i], px) end
       c = c + 1
       id = qe[i]
     end
@@ -341,7 +345,8 @@ for i = 1, #KEYS do
         redis.call('DEL', rk)
         redis.call('SADD', rk, mem)
       end
-      redis.pcall('PEXPIRE', rk, math.ceil(tonumber(ARGV[3*i]) / 1000) + 1000)
+      local px = math.ceil(tonumber(ARGV[3*i]) / 1000) + 1000
+      if redis.call('PTTL', rk) < px then redis.pcall('PEXPIRE', rk, px) end
     end
   end
 end

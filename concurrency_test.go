@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -323,22 +324,32 @@ func TestConcurrencySequentialClientIsNeverRefused(t *testing.T) {
 	}
 }
 
-func TestConcurrencySlotsNeverOutliveTheirMaxDuration(t *testing.T) {
-	// A slot taken under a longer maxDuration (before a reload lowered
-	// it) is held no longer than the maxDuration in force.
+func TestConcurrencySlotsFurtherThanAnyHoldAreSwept(t *testing.T) {
+	// A slot whose deadline lies further ahead than the longest hold any
+	// cap may ask (24 h: Redis's clock stepped back a day since its take)
+	// is swept by the next take; one within it is another cap's (a longer
+	// maxDuration of the same class) and is held. (Caps of other
+	// maxDurations sharing a key: TestCapsOfOtherMaxDurationsShareTheirSlots.)
 	addr := redistest.Start(t)
 	noop := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {})
-	long := capHandler(t, addr, noop, Concurrency{Max: 1, Key: "class", MaxDuration: "1h"}, nil)
-	set := long.top
-	keys := heldKeys(long, set, httptest.NewRequest("GET", "/", nil), "unused")
-	d := make([]int64, set.decisionLen)
-	if err := long.be.rc.Check(set.cmd, heldCall(set, keys, newMember()), d, time.Second); err != nil || d[0] != 1 {
-		t.Fatalf("a dead pod's take under 1h: %v %v", err, d)
-	}
-	short := capHandler(t, addr, noop, Concurrency{Max: 1, Key: "class", MaxDuration: "300ms"}, func(c *Config) { c.Class = long.set.class })
-	start := time.Now()
-	redistest.WaitFor(t, func() bool { return serve(short, "k").Code == http.StatusOK }, "the slot back under the maxDuration in force")
-	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("the slot came back after %v, want within the 300ms maxDuration in force", took)
+	h := capHandler(t, addr, noop, Concurrency{Max: 1, Key: "class", MaxDuration: "1s"}, nil)
+	zkey := keyPrefix + "c:" + h.set.class + "}}c"
+	tm := redistest.Do(t, addr, "TIME")
+	sec, _ := strconv.ParseInt(tm[0], 10, 64)
+	us, _ := strconv.ParseInt(tm[1], 10, 64)
+	now := (sec-1700000000)*1000000 + us
+	for _, tc := range []struct {
+		desc  string
+		ahead time.Duration
+		want  int
+	}{
+		{"a slot 23 h ahead (a cap of a longer maxDuration)", 23 * time.Hour, http.StatusTooManyRequests},
+		{"a slot 25 h ahead (a clock stepped back)", 25 * time.Hour, http.StatusOK},
+	} {
+		redistest.Do(t, addr, "DEL", zkey)
+		redistest.Do(t, addr, "ZADD", zkey, strconv.FormatInt(now+int64(tc.ahead/time.Microsecond), 10), "123456789012345678")
+		if rec := serve(h, "k"); rec.Code != tc.want {
+			t.Errorf("%s, max 1: %d, want %d", tc.desc, rec.Code, tc.want)
+		}
 	}
 }

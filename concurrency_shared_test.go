@@ -1,0 +1,50 @@
+package tollgate
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/redistest"
+)
+
+// Two caps of one class, with other maxDurations (two routers sharing a
+// class, or a rolling update from 10m to 30s), share the slots' key and
+// hold max between them: neither sweeps the other's slots as too far
+// ahead, nor shortens the key's expiry. Seen before: 4 in flight under
+// max 2.
+func TestCapsOfOtherMaxDurationsShareTheirSlots(t *testing.T) {
+	addr := redistest.Start(t)
+	class := fmt.Sprintf("shared-%d", atomic.AddInt64(&backendSeq, 1))
+	long, short := newGate(), newGate()
+	hl := capHandler(t, addr, long, Concurrency{Max: 2, Key: "class", MaxDuration: "10m"}, func(c *Config) { c.Class = class })
+	hs := capHandler(t, addr, short, Concurrency{Max: 2, Key: "class", MaxDuration: "30s"}, func(c *Config) { c.Class = class })
+	recs, done := burst(hl, long, 2, func(i int) string { return fmt.Sprint("c", i) })
+	waitArrived(t, long, 2)
+	zkey := keyPrefix + "c:" + class + "}}c"
+	if n := slots(t, addr, zkey); n != "2" {
+		t.Fatalf("the 10m cap holds %s slots, want 2", n)
+	}
+	ttl := redistest.Do(t, addr, "PTTL", zkey)[0]
+	more, moreDone := burst(hs, short, 2, func(i int) string { return fmt.Sprint("d", i) })
+	waitRefused(t, more, 2)
+	for i, r := range more {
+		if r.Code != http.StatusTooManyRequests {
+			t.Errorf("request %d through the 30s cap with the 10m cap's 2 slots held: %d, want 429", i, r.Code)
+		}
+	}
+	if n := slots(t, addr, zkey); n != "2" {
+		t.Errorf("%s slots held after the 30s cap's takes, want the 10m cap's 2", n)
+	}
+	before, _ := strconv.Atoi(ttl)
+	if after, _ := strconv.Atoi(redistest.Do(t, addr, "PTTL", zkey)[0]); after < before-5000 {
+		t.Errorf("the slots' key expiry went from %d to %d ms: a take shortened it", before, after)
+	}
+	close(long.open)
+	close(short.open)
+	done.Wait()
+	moreDone.Wait()
+	_ = recs
+}
