@@ -435,7 +435,7 @@ func chargesOf(b *backend) *chargeQueue {
 	b.leasesMu.Lock()
 	defer b.leasesMu.Unlock()
 	if b.charges == nil {
-		b.charges = &chargeQueue{rc: b.rc}
+		b.charges = &chargeQueue{rc: b.rc, br: b.breaker}
 	}
 	return b.charges
 }

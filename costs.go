@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/clock"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
@@ -86,6 +87,12 @@ type charge struct {
 	give *redis.Command
 	call string
 	held *metrics.Policy
+	// A give-back Redis did not take is tried again (again) until it
+	// does or until, its slot's deadline past, there is nothing to give
+	// back: monotonic ns.
+	until int64
+	next  int64 // when to try it again
+	tries int
 }
 
 // maxCharges bounds a backend's queue; maxChargeBatch a call's charges.
@@ -99,9 +106,12 @@ const (
 // concurrent use.
 type chargeQueue struct {
 	rc      *redis.Client
+	br      *breaker // its backend's: a give-back waiting is tried once it closes
 	mu      sync.Mutex
 	queue   []*charge
-	running bool // send runs
+	retry   []*charge // give-backs to try again, at their next (at most maxCharges)
+	running bool      // send runs
+	wasOpen bool      // br was open at send's last look (send only)
 }
 
 // add queues c, or drops it (counted) when the queue is full, and starts
@@ -122,12 +132,18 @@ func (q *chargeQueue) add(c *charge) {
 	}
 }
 
-// send sends the queued charges, a batch at a time, until the queue is
-// empty; then it ends.
+// send sends the queued charges, a batch at a time, and the give-backs
+// to try again as they fall due, until both are empty; then it ends (a
+// give-back is kept no longer than its slot's deadline, at most 24 h).
 func (q *chargeQueue) send() {
 	for {
 		q.mu.Lock()
 		n := len(q.queue)
+		if n == 0 && len(q.retry) > 0 {
+			q.mu.Unlock()
+			q.due()
+			continue
+		}
 		if n == 0 {
 			q.running = false
 			q.mu.Unlock()
@@ -153,11 +169,11 @@ func (q *chargeQueue) sendBatch(batch []*charge) {
 			costs = append(costs, c)
 			continue
 		}
-		res := 0
 		if q.rc.Check(c.give, c.call, d, chargeTimeout) != nil {
-			res = 1
+			q.again(c)
+			continue
 		}
-		countCharge(c, res)
+		countCharge(c, 0)
 	}
 	if batch = costs; len(batch) == 0 {
 		return
@@ -192,6 +208,75 @@ func (q *chargeQueue) sendBatch(batch []*charge) {
 		}(c)
 	}
 	wg.Wait()
+}
+
+// giveBackRetry is the first wait before a give-back Redis did not take
+// is tried again, doubled at each try up to giveBackRetryMax; retryStep
+// bounds send's sleeps, so that a breaker that closes flushes the
+// give-backs waiting within it.
+const (
+	giveBackRetry    = 100 * time.Millisecond
+	giveBackRetryMax = 5 * time.Second
+	retryStep        = 100 * time.Millisecond
+)
+
+// again keeps give-back c, which Redis did not take (down, slow, cut
+// off), to try again with backoff; past its slot's deadline, or beyond
+// maxCharges waiting, it is dropped and counted (the slot is then held
+// until its deadline).
+func (q *chargeQueue) again(c *charge) {
+	now := clock.Mono()
+	q.mu.Lock()
+	if now >= c.until || len(q.retry) >= maxCharges {
+		q.mu.Unlock()
+		countCharge(c, 1)
+		return
+	}
+	wait := giveBackRetry << uint(c.tries)
+	if c.tries >= 6 || wait > giveBackRetryMax {
+		wait = giveBackRetryMax
+	}
+	c.tries++
+	c.next = now + int64(wait)
+	q.retry = append(q.retry, c)
+	q.mu.Unlock()
+}
+
+// due waits (at most retryStep) for the give-backs to try again, then
+// queues those due: all of them once the breaker has closed since the
+// last look. send only.
+func (q *chargeQueue) due() {
+	now := clock.Mono()
+	open := q.br != nil && q.br.isOpen()
+	flush := q.wasOpen && !open
+	q.wasOpen = open
+	q.mu.Lock()
+	earliest := int64(-1)
+	keep := q.retry[:0]
+	for _, c := range q.retry {
+		if flush || c.next <= now {
+			q.queue = append(q.queue, c)
+			continue
+		}
+		if earliest < 0 || c.next < earliest {
+			earliest = c.next
+		}
+		keep = append(keep, c)
+	}
+	for i := len(keep); i < len(q.retry); i++ {
+		q.retry[i] = nil
+	}
+	q.retry = keep
+	queued := len(q.queue) > 0
+	q.mu.Unlock()
+	if queued {
+		return
+	}
+	if wait := time.Duration(earliest - now); wait < retryStep {
+		time.Sleep(wait)
+	} else {
+		time.Sleep(retryStep)
+	}
 }
 
 // countCharge counts c under each policy it charges: 0 charged, 1 failed,
@@ -342,10 +427,19 @@ func (s *settings) costed() bool {
 // call (heldCall) on the backend's charge queue, sent off the request's
 // path.
 func returnSlots(t *Tollgate, set *policySet, call string) {
+	var dur int64 // the longest maxDuration of set's caps, µs: past it no slot of the call is held
+	var held *metrics.Policy
 	for _, p := range set.ps {
 		if p.conc != nil {
-			chargesOf(t.be).add(&charge{give: set.give, call: call, held: p.m})
-			return
+			if held == nil {
+				held = p.m
+			}
+			if p.conc.durUS > dur {
+				dur = p.conc.durUS
+			}
 		}
+	}
+	if held != nil {
+		chargesOf(t.be).add(&charge{give: set.give, call: call, held: held, until: clock.Mono() + dur*1000})
 	}
 }
