@@ -73,13 +73,19 @@ func PoolCheck(c *Pool, cmd *Command, key string, d []int64, timeout time.Durati
 	if cn == nil {
 		return c.shared(cmd, key, d, timeout) // no connection: pick waits for the dial
 	}
-	// cn.exchange, inlined: this is the hot path.
+	// cn.exchange and await, inlined: this is the hot path.
 	cl := newCall()
 	err := send(cn, nil, cl, nil, cmd, cmd.shaHead, key, timeout, c.now)
 	if err == nil || cl.done {
-		cn.mu.Lock()
-		await(cn, cl)
-		cn.mu.Unlock()
+		mu := &cn.mu
+		mu.Lock()
+		for !cl.done {
+			cl.waiting = true
+			mu.Unlock()
+			<-cl.wake
+			mu.Lock()
+		}
+		mu.Unlock()
 		err = cl.err
 	}
 	if err != nil {

@@ -61,7 +61,7 @@ type rconn struct {
 	dead      error         // not nil once the stream is unusable
 	inflight  int64         // len(queue), read atomically by the pool; deadLoad once dead
 	mixed     bool          // calls with different timeouts were written on it
-	readUntil int64         // the reader's read deadline, monotonic ns; 0: none (nothing owed)
+	readUntil int64         // the reader's read deadline, monotonic ns; 0: none; staleDeadline: a past one left set (readLoop)
 	timeout   time.Duration // the timeout of the calls written so far
 	used      int64         // monotonic ns when the pool last handed it out (guarded by the pool's mu)
 	born      int64         // monotonic ns when it joined the pool

@@ -24,6 +24,10 @@ func await(cn *rconn, cl *call) {
 	}
 }
 
+// staleDeadline is readUntil when the socket's read deadline is one set
+// for calls answered since (readLoop).
+const staleDeadline = -2
+
 // startReader starts cn's reader (readLoop); c, when not nil, is told of
 // its death (lost). Before cn's first call.
 func startReader(cn *rconn, c *Pool) {
@@ -66,12 +70,21 @@ func readLoop(cn *rconn, c *Pool) {
 				until = cn.oldestDeadline()
 			}
 		}
-		if until != 0 {
+		// readUntil: > 0 the deadline set (send sets the head's: most
+		// replies need no other); staleDeadline, one set for calls
+		// answered since, left to fire (then cleared) rather than
+		// cleared after every reply; 0 none; -1 unknown.
+		ru := cn.readUntil
+		if until != 0 && until != ru {
 			err = cn.nc.SetReadDeadline(processStart.Add(time.Duration(until - monoOrigin))) // wallTime, inlined
-		} else if cn.readUntil != 0 {
+			ru = until
+		} else if until == 0 && ru > 0 {
+			ru = staleDeadline
+		} else if until == 0 && ru < 0 && ru != staleDeadline {
 			err = cn.nc.SetReadDeadline(time.Time{})
+			ru = 0
 		}
-		cn.readUntil = until
+		cn.readUntil = ru
 		mu.Unlock()
 		var line []byte
 		if err == nil {
@@ -85,7 +98,10 @@ func readLoop(cn *rconn, c *Pool) {
 			break // killed meanwhile (a failed write, closed idle): every call failed
 		}
 		if err != nil && isTimeout(err) && until == 0 {
-			continue // a deadline set for a call and cleared since
+			if cn.readUntil == staleDeadline {
+				cn.readUntil = -1 // cleared at the top
+			}
+			continue // a deadline of calls answered since
 		}
 		if len(cn.queue) == 0 {
 			if err == nil {

@@ -102,7 +102,7 @@ func send(cn *rconn, pre, cl *call, prefix []byte, cmd *Command, head []byte, ke
 		}
 		// The reader waits with no deadline while nothing is owed, or
 		// with a later one (mixed timeouts): this call's bounds its read.
-		if ru := cn.readUntil; ru == 0 || dl < ru {
+		if ru := cn.readUntil; ru <= 0 || dl < ru {
 			cn.readUntil = dl
 			err = nc.SetReadDeadline(processStart.Add(time.Duration(dl - monoOrigin))) // wallTime, inlined
 			if err != nil {

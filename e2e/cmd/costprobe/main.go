@@ -41,7 +41,7 @@ var stages = []stage{
 	{name: "ProbeKey", what: "hashKey: the client key of a header identity"},
 	{name: "ProbeRedisCheck", what: "redisCheck: breaker, pool, exchange"},
 	{name: "ProbePoolCheck", what: "poolCheck: an idle connection, exchange"},
-	{name: "ProbeSolo", what: "solo: write, read, decode on one connection"},
+	{name: "ProbeExchange", what: "a check's call on one connection: write, wait for its reader, decode"},
 	{name: "ProbeAppendCall", what: "appendCall: the prepared EVALSHA"},
 	{name: "ProbeDecode", what: "decode: the reply line"},
 	{name: "ProbeServeOpen", what: "ServeHTTP, breaker open: the local fallback (everything)", core: true},
@@ -63,7 +63,7 @@ var stages = []stage{
 
 func main() {
 	n := flag.Int("n", 20000, "runs per stage")
-	memStage := flag.String("memprofile-stage", "", "write an allocation profile of this stage (e.g. ProbeSolo) to -memprofile")
+	memStage := flag.String("memprofile-stage", "", "write an allocation profile of this stage (e.g. ProbeExchange) to -memprofile")
 	memOut := flag.String("memprofile", "", "where -memprofile-stage's profile goes")
 	only := flag.String("only", "", "run only the stages whose names contain one of these (comma-separated)")
 	rounds := flag.Int("rounds", 3, "rounds over the stages (figures: median of the rounds)")

@@ -341,8 +341,8 @@ func ProbePoolCheck(n int) {
 	}
 }
 
-func ProbeSolo(n int) {
-	redis.ProbeSolo(probeT.be.pool, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, n)
+func ProbeExchange(n int) {
+	redis.ProbeExchange(probeT.be.pool, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, n)
 }
 
 func ProbeAppendCall(n int) {
@@ -434,10 +434,17 @@ const stagesClientSource = `package redis
 
 import "time"
 
-func ProbeSolo(c *Pool, cmd *Command, key string, d []int64, timeout time.Duration, n int) {
+func ProbeExchange(c *Pool, cmd *Command, key string, d []int64, timeout time.Duration, n int) {
 	cn := c.conns[0]
 	for i := 0; i < n; i++ {
-		solo(cn, cmd, key, d, timeout, c.now)
+		cl := newCall()
+		if send(cn, nil, cl, nil, cmd, cmd.shaHead, key, timeout, c.now) == nil {
+			cn.mu.Lock()
+			await(cn, cl)
+			cn.mu.Unlock()
+			decode(cl.line, d, cmd)
+		}
+		releaseCall(cl)
 	}
 }
 
