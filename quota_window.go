@@ -52,8 +52,9 @@ const maxZoneName = 64
 // loadZone returns the IANA zone name ("" or "UTC": UTC). The name is
 // checked before the time package sees it, so that it can only name a
 // file under the tz database: letters, digits, "_", "+", "-" and "/"
-// between names (no ".", so no ".."), and never "Local" (the pod's own zone would make a
-// limit depend on the pod).
+// between names (no ".", so no ".."), each name starting with a capital
+// letter, and never "Local", "localtime" or "Factory" (the pod's own zone
+// would make a limit depend on the pod; Factory is no zone).
 func loadZone(field, name string) (*time.Location, error) {
 	if name == "" || name == "UTC" {
 		return time.UTC, nil
@@ -81,8 +82,15 @@ func zoneNameOK(name string) bool {
 		if !ok {
 			return false
 		}
+		// Every part of an IANA zone name starts with a capital letter:
+		// so "localtime" (the pod's own zone, a link to /etc/localtime),
+		// "posixrules", and the "posix/" and "right/" copies (the latter
+		// counting leap seconds: wrong windows) are refused.
+		if (i == 0 || name[i-1] == '/') && (c < 'A' || c > 'Z') {
+			return false
+		}
 	}
-	return true
+	return name != "Factory"
 }
 
 // windowBounds returns, in µs since epochUS, the starts of the previous,

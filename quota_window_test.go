@@ -231,7 +231,8 @@ func TestLoadZone(t *testing.T) {
 		}
 	}
 	bad := []string{"../etc/passwd", "/etc/localtime", "Local", ".hidden", "a b", "Europe/../../x", "Europe/Berlin\x00",
-		`Europe\Berlin`, "zone.tab", "Europe/Berlin/", "Europe//Berlin", "America/" + strings.Repeat("x", 57)}
+		`Europe\Berlin`, "zone.tab", "Europe/Berlin/", "Europe//Berlin", "America/" + strings.Repeat("x", 57),
+		"localtime", "posixrules", "Factory", "posix/Europe/Berlin", "right/UTC", "Europe/berlin"}
 	for _, name := range bad {
 		_, err := loadZone("quotas[1].timezone", name)
 		if err == nil || !strings.HasPrefix(err.Error(), "quotas[1].timezone: ") || !strings.Contains(err.Error(), "not an IANA time zone name") {
@@ -243,7 +244,7 @@ func TestLoadZone(t *testing.T) {
 		!strings.Contains(err.Error(), "/usr/share/zoneinfo") {
 		t.Errorf("loadZone(Mars/Olympus): error %v, want one naming the field and what the pod needs", err)
 	}
-	if name := "America/" + strings.Repeat("x", 56); len(name) != maxZoneName || !zoneNameOK(name) {
+	if name := "America/X" + strings.Repeat("x", 55); len(name) != maxZoneName || !zoneNameOK(name) {
 		t.Errorf("a name of %d bytes is refused", len(name))
 	}
 }
