@@ -180,3 +180,22 @@ func TestAdmittedTIsRoundedUp(t *testing.T) {
 		}
 	}
 }
+
+// Catches: a quota never counting in the previous window when Redis's
+// clock is behind the pod's (the pod has entered a window Redis's TIME
+// has not reached yet): the count goes to the window that holds TIME.
+func TestQuotaCountsInTheWindowThatHoldsRedisTime(t *testing.T) {
+	addr := redistest.Start(t)
+	tm := redistest.Do(t, addr, "TIME")
+	sec, _ := strconv.ParseInt(tm[0], 10, 64)
+	now := (sec - 1700000000) * 1000000
+	hour := int64(3600 * 1000000)
+	b := []int64{now + 10000000 - hour, now + 10000000, now + 10000000 + hour, now + 10000000 + 2*hour} // the pod 10 s ahead
+	win := fmt.Sprintf("%d %d %d %d 0", b[0], b[1], b[2], b[3])
+	redistest.Do(t, addr, "EVAL", bucketScript, "1", "tg{q}", "-5", win, "1")
+	prev := redistest.Do(t, addr, "GET", fmt.Sprintf("tg{q}@%d", b[0]/1000000))
+	cur := redistest.Do(t, addr, "GET", fmt.Sprintf("tg{q}@%d", b[1]/1000000))
+	if len(prev) != 1 || prev[0] != "1" || len(cur) == 1 && cur[0] != "" {
+		t.Errorf("Redis's TIME 10 s before the window the pod is in: previous window's count %q, current's %q; want 1 in the previous", prev, cur)
+	}
+}
