@@ -23,6 +23,10 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/clock"
 )
 
+// quotaRecheckMS bounds how long a quota's refusal is remembered, ms: a
+// counter reset or lost in Redis takes effect on every pod within it.
+const quotaRecheckMS = 5000
+
 // maxDenials bounds one cache: at most this many clients are remembered;
 // past it, expired entries are dropped, then arbitrary ones.
 const maxDenials = 10000
@@ -35,6 +39,7 @@ type denyCache struct {
 	n      int64      // len(entries), read without the lock by the hot path
 	shadow []bool     // by policy: shadow (nil: none is); see remember
 	capped []bool     // by policy: a concurrency cap, whose refusal is not kept (nil: none is)
+	quota  []bool     // by policy: a calendar quota, whose refusal is kept at most quotaRecheck (nil: none is)
 	latest int64      // the end of the latest refusal remembered, monotonic ns (atomic): see denyWatch
 	watch  *denyWatch // counts its entries for the metrics (the registry's); nil: none
 	// prepare, when not nil, prepares the answer to a refusal as it stands
@@ -221,12 +226,20 @@ func (c *denyCache) remember(key string, d []int64) {
 		if c.capped != nil && c.capped[(i-2)/3] {
 			continue // a slot may free at any moment
 		}
+		w := d[i]
+		if c.quota != nil && c.quota[(i-2)/3] && w > quotaRecheckMS {
+			// A quota's counter may be reset (an operator) or lost (a
+			// Redis restarted without persistence) before its window
+			// ends: Redis is asked again within quotaRecheckMS (the
+			// answers meanwhile name the whole wait).
+			w = quotaRecheckMS
+		}
 		if c.shadow != nil && c.shadow[(i-2)/3] {
-			if d[i] > shadowWait {
-				shadowWait = d[i]
+			if w > shadowWait {
+				shadowWait = w
 			}
-		} else if d[i] > wait {
-			wait = d[i]
+		} else if w > wait {
+			wait = w
 		}
 	}
 	if wait <= 0 {

@@ -132,6 +132,11 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 			s.denied.capped = append(s.denied.capped, p.conc != nil)
 		}
 	}
+	if s.quotas {
+		for _, p := range ps {
+			s.denied.quota = append(s.denied.quota, p.quota != nil)
+		}
+	}
 	if s.shadow && len(enforce) > 0 {
 		s.enforce = newPolicySet(enforce, keyLen)
 	}

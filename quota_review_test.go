@@ -271,3 +271,32 @@ func TestReviewQuotaRateAllOrNothingConcurrent(t *testing.T) {
 		t.Errorf("%d passed, the quota's counter %v: want 30 and 30", passed, got)
 	}
 }
+
+// A quota's refusal remembered in the deny cache is checked against Redis
+// again within quotaRecheckMS: a counter reset (or lost) in Redis takes
+// effect on the pod within it. Seen before: refused from the cache until
+// the window ended.
+func TestQuotaRefusalIsRecheckedWithinSeconds(t *testing.T) {
+	addr := redistest.Start(t)
+	h := quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 2, Window: "day"}}, nil)
+	for i := 0; i < 3; i++ {
+		serve(h, "k")
+	}
+	rec := serve(h, "k")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("X-Decision") != "cache" {
+		t.Fatalf("over the quota: %d by %q, want 429 from the cache", rec.Code, rec.Header().Get("X-Decision"))
+	}
+	if ra, _ := strconv.Atoi(rec.Header().Get("Retry-After")); ra <= quotaRecheckMS/1000 {
+		t.Errorf("Retry-After %d from the cache, want the window's end, not the recheck", ra)
+	}
+	for _, k := range redistest.Do(t, addr, "KEYS", "*@*") {
+		redistest.Do(t, addr, "DEL", k) // the operator resets the counter
+	}
+	start := time.Now()
+	for serve(h, "k").Code != http.StatusOK {
+		if time.Since(start) > quotaRecheckMS*time.Millisecond+2*time.Second {
+			t.Fatalf("the counter reset in Redis: still refused after %v", time.Since(start))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
