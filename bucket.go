@@ -160,7 +160,12 @@ func ceilMS(us float64) int64 {
 //	             shift, 0 but in tests) and cost: its counter is
 //	             KEYS[i]..'@'..the start (s) of the window that holds TIME
 //	             (+ shift), charged with the buckets, expiring a minute
-//	             after that window; it reports what is left, the ms to the
+//	             after that window, or a day after its last charge while
+//	             it holds less than a tenth of what an even pace spends in
+//	             a day (limit x day / window / 10: a one-shot identity's
+//	             counter is gone a day later, not at a month's end, and
+//	             such forgotten counts add at most a tenth of the limit
+//	             over a window); it reports what is left, the ms to the
 //	             window's end as its wait when it refuses, and always as
 //	             its time to full.
 //	             A concurrency cap (concurrency.go) has 0, max and
@@ -199,7 +204,7 @@ local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
 local maxms = 3155760000000
 local n = #KEYS
-local iv, burst, cost, cap, slack, s, clamped, kept, qk, qe = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+local iv, burst, cost, cap, slack, s, clamped, kept, qk, qe, qw = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 local ok = 1
 local region = #ARGV > 3*n
 for i = 1, n do
@@ -214,6 +219,7 @@ for i = 1, n do
     qk[i] = KEYS[i] .. '@' .. string.format('%.0f', math.floor(st / 1000000))
     s[i] = tonumber(redis.pcall('GET', qk[i])) or 0
     qe[i] = en - qn
+    qw[i] = en - st
     if s[i] + cost[i] > -iv[i] then ok = 0 end
   elseif iv[i] == 0 then
     local ck, mem, rest = string.match(KEYS[i], '^([^}]*})#(%d+)(.*)$')
@@ -271,7 +277,9 @@ for i = 1, n do
     local c, lim, e = s[i], -iv[i], math.max(1, math.ceil(qe[i] / 1000))
     if ok == 1 then
       c = c + cost[i]
-      redis.call('SET', qk[i], string.format('%.0f', c), 'PX', e + 60000)
+      local px = e + 60000
+      if e > 86400000 and c * 10 * qw[i] < lim * 86400000000 then px = 86400000 end
+      redis.call('SET', qk[i], string.format('%.0f', c), 'PX', px)
     end
     local w = 0
     if s[i] + cost[i] > lim then w = e end

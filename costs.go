@@ -351,8 +351,12 @@ while a <= #ARGV do
       local st, en = tonumber(b1), tonumber(b2)
       if qn < st then st, en = tonumber(b0), st elseif qn >= en then st, en = en, tonumber(b3) end
       local qk = key .. '@' .. string.format('%.0f', math.floor(st / 1000000))
-      if type(redis.pcall('INCRBY', qk, c)) == 'number' then
-        redis.call('PEXPIRE', qk, math.max(1, math.ceil((en - qn) / 1000)) + 60000)
+      local v = redis.pcall('INCRBY', qk, c)
+      if type(v) == 'number' then
+        local e = math.max(1, math.ceil((en - qn) / 1000))
+        local px = e + 60000
+        if e > 86400000 and v * 10 * (en - st) < tonumber(-iv) * 86400000000 then px = 86400000 end
+        redis.call('PEXPIRE', qk, px)
       end
     else
       local cap = iv * tonumber(b)
