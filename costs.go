@@ -216,7 +216,7 @@ func (q *chargeQueue) sendBatch(batch []*charge) {
 // give-backs waiting within it.
 const (
 	giveBackRetry    = 100 * time.Millisecond
-	giveBackRetryMax = 5 * time.Second
+	giveBackRetryMax = 2 * time.Second
 	retryStep        = 100 * time.Millisecond
 )
 
