@@ -159,7 +159,9 @@ func ceilMS(us float64) int64 {
 //	             windows' bounds, µs since epochUS, and the quotas' clock
 //	             shift, 0 but in tests) and cost: its counter is
 //	             KEYS[i]..'@'..the start (s) of the window that holds TIME
-//	             (+ shift), charged with the buckets, expiring a minute
+//	             (+ shift); a TIME outside the four bounds (a pod's
+//	             clock off by a window) is refused with an error, never
+//	             counted in an ended window; charged with the buckets, expiring a minute
 //	             after that window, or a day after its last charge while
 //	             it holds less than a tenth of what an even pace spends in
 //	             a day (limit x day / window / 10: a one-shot identity's
@@ -214,6 +216,7 @@ for i = 1, n do
   if iv[i] < 0 then
     local b0, b1, b2, b3, sh = string.match(ARGV[3*i-1], '^(%d+) (%d+) (%d+) (%d+) (%-?%d+)$')
     local qn = now + tonumber(sh)
+    if qn < tonumber(b0) or qn >= tonumber(b3) then return redis.error_reply('ERR tollgate: redis TIME outside the quota windows the pod sent (a clock off by a window)') end
     local st, en = tonumber(b1), tonumber(b2)
     if qn < st then st, en = tonumber(b0), st elseif qn >= en then st, en = en, tonumber(b3) end
     qk[i] = KEYS[i] .. '@' .. string.format('%.0f', math.floor(st / 1000000))

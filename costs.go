@@ -351,7 +351,8 @@ while a <= #ARGV do
       local st, en = tonumber(b1), tonumber(b2)
       if qn < st then st, en = tonumber(b0), st elseif qn >= en then st, en = en, tonumber(b3) end
       local qk = key .. '@' .. string.format('%.0f', math.floor(st / 1000000))
-      local v = redis.pcall('INCRBY', qk, c)
+      local v = false
+      if qn >= tonumber(b0) and qn < tonumber(b3) then v = redis.pcall('INCRBY', qk, c) end
       if type(v) == 'number' then
         local e = math.max(1, math.ceil((en - qn) / 1000))
         local px = e + 60000

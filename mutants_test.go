@@ -199,3 +199,31 @@ func TestQuotaCountsInTheWindowThatHoldsRedisTime(t *testing.T) {
 		t.Errorf("Redis's TIME 10 s before the window the pod is in: previous window's count %q, current's %q; want 1 in the previous", prev, cur)
 	}
 }
+
+// Redis's TIME outside the four bounds the pod sent (the pod's clock off
+// by more than a window): the script refuses with an error and counts
+// nothing, never in an ended window.
+func TestQuotaOutsideThePodsWindowsIsRefused(t *testing.T) {
+	addr := redistest.Start(t)
+	tm := redistest.Do(t, addr, "TIME")
+	sec, _ := strconv.ParseInt(tm[0], 10, 64)
+	now := (sec - 1700000000) * 1000000
+	hour := int64(3600 * 1000000)
+	for _, tc := range []struct {
+		desc  string
+		start int64 // the previous window's start
+	}{
+		{"the pod 3 hours behind", now - 3*hour - 5*hour},
+		{"the pod 3 hours ahead", now + 3*hour},
+	} {
+		b := []int64{tc.start, tc.start + hour, tc.start + 2*hour, tc.start + 3*hour}
+		win := fmt.Sprintf("%d %d %d %d 0", b[0], b[1], b[2], b[3])
+		v := redistest.Do(t, addr, "EVAL", bucketScript, "1", "tg{skew}", "-5", win, "1")
+		if len(v) != 1 || !strings.HasPrefix(v[0], "-") || !strings.Contains(v[0], "outside the quota windows") {
+			t.Errorf("%s: %q, want the script's error", tc.desc, v)
+		}
+		if keys := redistest.Do(t, addr, "KEYS", "tg{skew}*"); len(keys) != 0 && keys[0] != "" {
+			t.Errorf("%s: counted in %v", tc.desc, keys)
+		}
+	}
+}
