@@ -334,10 +334,7 @@ func TestConcurrencySlotsFurtherThanAnyHoldAreSwept(t *testing.T) {
 	noop := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {})
 	h := capHandler(t, addr, noop, Concurrency{Max: 1, Key: "class", MaxDuration: "1s"}, nil)
 	zkey := keyPrefix + "c:" + h.set.class + "}}c"
-	tm := redistest.Do(t, addr, "TIME")
-	sec, _ := strconv.ParseInt(tm[0], 10, 64)
-	us, _ := strconv.ParseInt(tm[1], 10, 64)
-	now := (sec-1700000000)*1000000 + us
+	now := int64(redisNowUS(t, addr))
 	for _, tc := range []struct {
 		desc  string
 		ahead time.Duration

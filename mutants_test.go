@@ -42,9 +42,7 @@ func TestExpiredSlotIsSweptBeforeItsKeyExpires(t *testing.T) {
 	noop := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {})
 	h := capHandler(t, addr, noop, Concurrency{Max: 1, Key: "class"}, nil)
 	zkey := keyPrefix + "c:" + h.set.class + "}}c"
-	tm := redistest.Do(t, addr, "TIME")
-	sec, _ := strconv.ParseInt(tm[0], 10, 64)
-	past := (sec - 1700000000 - 10) * 1000000 // 10 s ago
+	past := int64(redisNowUS(t, addr)) - 10*1000000 // 10 s ago
 	redistest.Do(t, addr, "ZADD", zkey, strconv.FormatInt(past, 10), "123456789012345678")
 	redistest.Do(t, addr, "PEXPIRE", zkey, "3600000")
 	if rec := serve(h, "k"); rec.Code != http.StatusOK {
@@ -186,9 +184,7 @@ func TestAdmittedTIsRoundedUp(t *testing.T) {
 // has not reached yet): the count goes to the window that holds TIME.
 func TestQuotaCountsInTheWindowThatHoldsRedisTime(t *testing.T) {
 	addr := redistest.Start(t)
-	tm := redistest.Do(t, addr, "TIME")
-	sec, _ := strconv.ParseInt(tm[0], 10, 64)
-	now := (sec - 1700000000) * 1000000
+	now := int64(redisNowUS(t, addr))
 	hour := int64(3600 * 1000000)
 	b := []int64{now + 10000000 - hour, now + 10000000, now + 10000000 + hour, now + 10000000 + 2*hour} // the pod 10 s ahead
 	win := fmt.Sprintf("%d %d %d %d 0", b[0], b[1], b[2], b[3])
@@ -205,9 +201,7 @@ func TestQuotaCountsInTheWindowThatHoldsRedisTime(t *testing.T) {
 // nothing, never in an ended window.
 func TestQuotaOutsideThePodsWindowsIsRefused(t *testing.T) {
 	addr := redistest.Start(t)
-	tm := redistest.Do(t, addr, "TIME")
-	sec, _ := strconv.ParseInt(tm[0], 10, 64)
-	now := (sec - 1700000000) * 1000000
+	now := int64(redisNowUS(t, addr))
 	hour := int64(3600 * 1000000)
 	for _, tc := range []struct {
 		desc  string
