@@ -20,6 +20,7 @@ package tollgate
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"log"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -99,6 +100,7 @@ func heartbeatOn(c *redis.Pool, batch []*heartbeat, now int64) {
 		return
 	}
 	ms := sec*1000 + us/1000
+	logSkew(time.Now().UnixMilli()-ms, now)
 	var b []byte
 	for _, hb := range batch {
 		ttlMS := atomic.LoadInt64(&hb.ttlMS)
@@ -121,6 +123,32 @@ func heartbeatOn(c *redis.Pool, batch []*heartbeat, now int64) {
 			atomic.CompareAndSwapInt64(&hb.first, 0, now)
 		}
 	}
+}
+
+// maxSkewMS is the pod-to-Redis clock skew past which the heartbeat logs
+// it: the buckets use Redis's TIME alone, but calendar quotas compute
+// their windows on the pod's clock (a pod off by more than a window is
+// refused by the script). skewLogEvery spaces the logs (monotonic ns).
+const (
+	maxSkewMS    = 2000
+	skewLogEvery = int64(10 * time.Minute)
+)
+
+// skewLogged is when the skew was last logged, monotonic ns (atomic).
+var skewLogged int64
+
+// logSkew logs skewMS (the pod's wall clock less Redis's TIME, as the
+// heartbeat read it: a round trip's error at most) when it is past
+// maxSkewMS, at most every skewLogEvery.
+func logSkew(skewMS, now int64) {
+	if skewMS <= maxSkewMS && skewMS >= -maxSkewMS {
+		return
+	}
+	last := atomic.LoadInt64(&skewLogged)
+	if last != 0 && now-last < skewLogEvery || !atomic.CompareAndSwapInt64(&skewLogged, last, now) {
+		return
+	}
+	log.Printf("tollgate: this pod's clock differs from Redis's TIME by %d ms (pod minus Redis): rate limits use Redis's clock, but calendar quotas' windows are computed on the pod's; keep the clocks in sync (NTP)", skewMS)
 }
 
 // replyInt is a reply that is one integer, at least 0; -1 for anything

@@ -1,6 +1,10 @@
 package tollgate
 
 import (
+	"bytes"
+	"log"
+	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,4 +122,32 @@ func beatQuiet(t *testing.T, h *Tollgate) {
 		}
 		return true
 	}, "the heartbeat goroutine to end")
+}
+
+// A pod-to-Redis clock skew past maxSkewMS is logged, at most every
+// skewLogEvery; one within it is not.
+func TestClockSkewIsLogged(t *testing.T) {
+	var buf bytes.Buffer
+	log.SetOutput(&buf)
+	defer log.SetOutput(os.Stderr)
+	old := atomic.LoadInt64(&skewLogged)
+	defer atomic.StoreInt64(&skewLogged, old)
+	atomic.StoreInt64(&skewLogged, 0)
+	logSkew(1500, 1)
+	if buf.Len() != 0 {
+		t.Fatalf("a skew of 1.5 s logged: %q", buf.String())
+	}
+	logSkew(-5000, 2)
+	if !strings.Contains(buf.String(), "-5000 ms") {
+		t.Fatalf("a skew of -5 s: %q, want it logged", buf.String())
+	}
+	buf.Reset()
+	logSkew(5000, 3)
+	if buf.Len() != 0 {
+		t.Errorf("logged again at once: %q", buf.String())
+	}
+	logSkew(5000, 2+skewLogEvery)
+	if !strings.Contains(buf.String(), "5000 ms") {
+		t.Errorf("not logged again after %v", time.Duration(skewLogEvery))
+	}
 }

@@ -158,6 +158,10 @@ func (c *Pool) probe(timeout time.Duration) error {
 	cn.born = c.mono()
 	cn.used = cn.born
 	c.mu.Lock()
+	if err := cn.deadErr(); err != nil { // its reader saw it die since the PONG
+		c.mu.Unlock()
+		return err
+	}
 	c.epoch++ // those open before the probe may be its predecessor's
 	cn.epoch = c.epoch
 	c.conns = append(c.conns, cn)

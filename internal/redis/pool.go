@@ -55,6 +55,7 @@ type Pool struct {
 	mono func() int64     // clock.Mono: idle ages
 
 	dialTimeout time.Duration
+	watch       time.Duration // a reader's idle watch (idleWatch; shorter in tests)
 	onDialError func(error) // set once before use; counts a failed dial
 
 	mu         sync.Mutex // guards the fields below
@@ -80,7 +81,7 @@ type Pool struct {
 // NewPool returns the pool of connections to opts.Addr. Nothing is dialled
 // before the first check or Warm.
 func NewPool(opts Options) *Pool {
-	c := &Pool{opts: opts, now: time.Now, mono: clock.Mono, poolSize: opts.PoolSize, dialTimeout: DialTimeout(opts.Timeout)}
+	c := &Pool{opts: opts, now: time.Now, mono: clock.Mono, poolSize: opts.PoolSize, dialTimeout: DialTimeout(opts.Timeout), watch: idleWatch}
 	c.dialDone = sync.NewCond(&c.mu)
 	return c
 }
@@ -135,6 +136,18 @@ func (c *Pool) lost(cn *rconn) {
 	if dead != errConnDead && !replyFault(dead) {
 		c.suspect()
 	}
+}
+
+// holds reports whether cn is one of the pool's connections.
+func (c *Pool) holds(cn *rconn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, x := range c.conns {
+		if x == cn {
+			return true
+		}
+	}
+	return false
 }
 
 // pruneIdle closes the connections unused for idleTimeout but the first:

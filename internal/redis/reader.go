@@ -28,6 +28,11 @@ func await(cn *rconn, cl *call) {
 // for calls answered since (readLoop).
 const staleDeadline = -2
 
+// idleWatch is how often a reader with nothing owed looks whether its
+// connection is still its pool's (one dropped or forgotten while it
+// owed replies to no one, which CloseIdle skips, ends then).
+const idleWatch = time.Minute
+
 // startReader starts cn's reader (readLoop); c, when not nil, is told of
 // its death (lost). Before cn's first call.
 func startReader(cn *rconn, c *Pool) {
@@ -39,16 +44,19 @@ func startReader(cn *rconn, c *Pool) {
 // and hands each to its call, until the connection dies (a read error, a
 // reply no call of ours gets, a close). While calls are owed it reads until
 // the deadline of the oldest one waiting (then fails those past theirs);
-// while nothing is owed it reads with no deadline, so Redis's FIN or RST
-// kills the connection when it arrives, before another call is written to
-// it. Then it tells the pool (lost) and ends: a goroutine per open
-// connection, ending with it.
+// while nothing is owed it waits for as long as the connection is its
+// pool's (idleWatch), so Redis's FIN or RST kills the connection when it
+// arrives, before another call is written to it. Then it tells the pool
+// (lost) and ends: a goroutine per open connection, ending with it.
 func readLoop(cn *rconn, c *Pool) {
+	held := false // cn.mu is held by this goroutine (for the panic's recovery)
 	defer func() {
 		// A panic here would end the whole Traefik process: the
 		// connection dies instead, its calls failed.
 		if r := recover(); r != nil {
-			cn.mu.Lock()
+			if !held {
+				cn.mu.Lock()
+			}
 			cn.kill(errConnDead)
 			cn.mu.Unlock()
 		}
@@ -58,7 +66,9 @@ func readLoop(cn *rconn, c *Pool) {
 	}()
 	mu := &cn.mu
 	mu.Lock()
-	cn.readUntil = -1 // the dial's deadline is cleared below when nothing is owed
+	held = true
+	cn.readUntil = -1 // the dial's deadline is replaced below
+	var watch int64   // the idle watch's deadline, when the reader set one (monotonic ns)
 	for cn.dead == nil {
 		// The deadline is set under the lock: a call written meanwhile
 		// with an earlier one lowers it (send).
@@ -71,37 +81,70 @@ func readLoop(cn *rconn, c *Pool) {
 			}
 		}
 		// readUntil: > 0 the deadline set (send sets the head's: most
-		// replies need no other); staleDeadline, one set for calls
-		// answered since, left to fire (then cleared) rather than
-		// cleared after every reply; 0 none; -1 unknown.
+		// replies need no other; or the idle watch's); staleDeadline,
+		// one set for calls answered since, left to fire rather than
+		// moved after every reply; 0 or -1: to be set.
 		ru := cn.readUntil
-		if until != 0 && until != ru {
-			err = cn.nc.SetReadDeadline(processStart.Add(time.Duration(until - monoOrigin))) // wallTime, inlined
-			ru = until
-		} else if until == 0 && ru > 0 {
+		if until != 0 {
+			if until != ru {
+				err = cn.nc.SetReadDeadline(processStart.Add(time.Duration(until - monoOrigin))) // wallTime, inlined
+				ru = until
+			}
+		} else if ru > 0 && ru != watch {
 			ru = staleDeadline
-		} else if until == 0 && ru < 0 && ru != staleDeadline {
-			err = cn.nc.SetReadDeadline(time.Time{})
-			ru = 0
+		} else if ru <= 0 && ru != staleDeadline {
+			// Nothing owed: a FIN or a reset ends the read at once; the
+			// idle watch only looks, now and then, whether the
+			// connection is still the pool's.
+			w := int64(idleWatch)
+			if c != nil {
+				w = int64(c.watch)
+			}
+			watch = int64(time.Since(processStart)) + monoOrigin + w
+			err = cn.nc.SetReadDeadline(processStart.Add(time.Duration(watch - monoOrigin)))
+			ru = watch
 		}
 		cn.readUntil = ru
+		held = false
 		mu.Unlock()
 		var line []byte
+		late := false
 		if err == nil {
 			line, err = cn.br.ReadSlice('\n') // readLine, its common case inlined
 			if err != nil || len(cn.part) > 0 {
+				late = err != nil && isTimeout(err)
 				line, err = cn.readMore(line, err)
 			}
 		}
 		mu.Lock()
+		held = true
 		if cn.dead != nil {
 			break // killed meanwhile (a failed write, closed idle): every call failed
 		}
+		ru = cn.readUntil
+		if late {
+			cn.readUntil = -1 // the late look set a deadline of its own (lateRead): set it again
+		}
 		if err != nil && isTimeout(err) && until == 0 {
-			if cn.readUntil == staleDeadline {
-				cn.readUntil = -1 // cleared at the top
+			if ru == watch && len(cn.queue) > 0 && cn.oldestDeadline() == 0 {
+				cn.kill(errStale) // replies owed to no one an idle watch long: Redis is gone
+				break
 			}
-			continue // a deadline of calls answered since
+			if ru == watch && c != nil {
+				held = false
+				mu.Unlock()
+				in := c.holds(cn)
+				mu.Lock()
+				held = true
+				if !in && len(cn.queue) == 0 && cn.dead == nil {
+					cn.kill(errConnDead) // out of its pool (dropped, forgotten) and idle: it ends
+					break
+				}
+			}
+			if ru == staleDeadline || ru == watch {
+				cn.readUntil = -1 // set again at the top
+			}
+			continue
 		}
 		if len(cn.queue) == 0 {
 			if err == nil {
@@ -113,7 +156,7 @@ func readLoop(cn *rconn, c *Pool) {
 			break
 		}
 		if err == io.EOF && len(cn.queue) == 1 {
-			cn.closedBefore() // err is EOF: the call may not have reached Redis
+			cn.closedBefore(&held) // err is EOF: the call may not have reached Redis
 			break
 		}
 		if err != nil || line[0] != '+' || len(line) < 3 {
@@ -155,10 +198,12 @@ func readLoop(cn *rconn, c *Pool) {
 // cannot have run, and fails with errNotSent (the check tries it on
 // another connection); any other may have run and fails with EOF. No
 // call is written meanwhile: cn is dead from the start. Requires cn.mu
-// held; returns with it held and cn killed.
-func (cn *rconn) closedBefore() {
+// held; returns with it held and cn killed (held: the reader's record of
+// it).
+func (cn *rconn) closedBefore(held *bool) {
 	cn.dead = io.EOF
 	atomic.StoreInt64(&cn.inflight, deadLoad)
+	*held = false
 	cn.mu.Unlock()
 	time.Sleep(resetWait)
 	nc := cn.nc
@@ -167,6 +212,7 @@ func (cn *rconn) closedBefore() {
 	}
 	_, werr := nc.Write(nil)
 	cn.mu.Lock()
+	*held = true
 	if werr != nil && !isTimeout(werr) && len(cn.queue) == 1 {
 		finish(cn.queue[0], nil, errNotSent)
 	}
@@ -338,15 +384,10 @@ func (cn *rconn) kill(err error) {
 const deadLoad = int64(1) << 40
 
 // closeIfIdle kills the connection unless calls are in flight on it; it reports
-// whether it did.
-//
-// A connection whose lock is held is in use (solo holds it while it
-// writes, which a Redis that stopped reading may make last a write
-// budget): it is not waited for.
+// whether it did. (Its lock is held only briefly: writes happen under the
+// write lock, wmu.)
 func (cn *rconn) closeIfIdle() bool {
-	if !cn.mu.TryLock() {
-		return false
-	}
+	cn.mu.Lock()
 	defer cn.mu.Unlock()
 	if len(cn.queue) > 0 {
 		return false

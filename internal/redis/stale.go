@@ -131,6 +131,12 @@ func (c *Pool) prove(cn *rconn, timeout time.Duration) error {
 	}
 	c.mu.Lock()
 	c.proving--
+	if dead == nil {
+		dead = cn.deadErr() // its reader may have seen it die since (a FIN right after the PONG)
+		if dead != nil && (err == nil || late) {
+			err, late = dead, false
+		}
+	}
 	if err == nil && c.forgotten {
 		cn.mu.Lock()
 		cn.kill(errConnDead)

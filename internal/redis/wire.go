@@ -83,13 +83,14 @@ func send(cn *rconn, pre, cl *call, prefix []byte, cmd *Command, head []byte, ke
 	if now := int64(time.Since(processStart)) + monoOrigin; now >= cn.writeUntil { // clock.Mono(), inlined, after the locks
 		err = cn.renewWriteDeadline(now, timeout, wall)
 	}
+	n := 0
 	if err == nil {
-		_, err = nc.Write(b)
+		n, err = nc.Write(b)
 	}
 	sent := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
 	mu.Lock()
 	if err != nil {
-		cn.sendFailed(pre, cl, err)
+		cn.sendFailed(pre, cl, err, n)
 	} else {
 		// One field a statement: Yaegi v0.16.1 drops the first values of a
 		// multiple assignment to fields whose last value is a call.
@@ -139,19 +140,20 @@ func (cn *rconn) refuse() error {
 // sendFailed fails cl and pre, whose write failed: they may be tried
 // again; the calls written before them may have reached Redis and must not
 // be charged twice (errOwed). Requires cn.mu held.
-func (cn *rconn) sendFailed(pre, cl *call, err error) {
+func (cn *rconn) sendFailed(pre, cl *call, err error, n int) {
 	finish(cl, nil, errWrite)
 	if pre != nil {
 		finish(pre, nil, errWrite)
 	}
-	// A reset refused the write: Redis's kernel answered data of ours
-	// that Redis never read, which is the one call written before (see
+	// A reset refused the write's first byte (n == 0: none of cl's own
+	// went out to draw it): Redis's kernel answered data of ours that
+	// Redis never read, which is the one call written before (see
 	// closedBefore), when there is one alone.
 	mine := 1 // cl, and pre
 	if pre != nil {
 		mine = 2
 	}
-	if q := cn.queue; reset(err) && len(q) == 1+mine && !q[0].done {
+	if q := cn.queue; n == 0 && reset(err) && len(q) == 1+mine && !q[0].done {
 		finish(q[0], nil, errNotSent)
 	}
 	cn.kill(errOwed)
