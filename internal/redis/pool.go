@@ -56,7 +56,7 @@ type Pool struct {
 
 	dialTimeout time.Duration
 	watch       time.Duration // a reader's idle watch (idleWatch; shorter in tests)
-	onDialError func(error) // set once before use; counts a failed dial
+	onDialError func(error)   // set once before use; counts a failed dial
 
 	mu         sync.Mutex // guards the fields below
 	dialDone   *sync.Cond // broadcast when a dial or a proof ends

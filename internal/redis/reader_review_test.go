@@ -140,8 +140,10 @@ func TestAWaitingCallCostsItsReaderNoSpin(t *testing.T) {
 func TestDroppedConnectionOwingRepliesEnds(t *testing.T) {
 	f := redistest.StartFake(t, "+1 3 0 2000\r\n")
 	const timeout = 30 * time.Millisecond
-	c := clientOn(t, f, timeout, 1)
-	c.watch = 200 * time.Millisecond
+	c := NewPool(Options{Addr: f.Addr(), Timeout: timeout, PoolSize: 1, Script: testScript})
+	c.watch = 200 * time.Millisecond // before its readers start
+	c.Warm()
+	waitConns(t, c, 1)
 	c.mu.Lock()
 	cn := c.conns[0]
 	c.mu.Unlock()
