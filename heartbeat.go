@@ -100,7 +100,7 @@ func heartbeatOn(c *redis.Pool, batch []*heartbeat, now int64) {
 		return
 	}
 	ms := sec*1000 + us/1000
-	logSkew(time.Now().UnixMilli()-ms, now)
+	logSkew((quotaUS(time.Now())-(sec*1000000+us-epochUS))/1000, now) // the quotas' clock against Redis's
 	var b []byte
 	for _, hb := range batch {
 		ttlMS := atomic.LoadInt64(&hb.ttlMS)
