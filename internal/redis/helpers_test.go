@@ -59,8 +59,9 @@ func awaitShort(t *testing.T, cn *rconn) (time.Duration, error) {
 	return time.Since(start), short.err
 }
 
-// silentConn is a connection to a server that reads and never answers.
-func silentConn(t *testing.T) *rconn {
+// listen accepts loopback connections for the test, each served by
+// serve on a goroutine of its own, and returns the address.
+func listen(t *testing.T, serve func(c net.Conn)) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -68,10 +69,21 @@ func silentConn(t *testing.T) *rconn {
 	}
 	t.Cleanup(func() { l.Close() })
 	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
 		}
+	}()
+	return l.Addr().String()
+}
+
+// silentConn is a connection to a server that reads and never answers.
+func silentConn(t *testing.T) *rconn {
+	t.Helper()
+	addr := listen(t, func(c net.Conn) {
 		defer c.Close()
 		buf := make([]byte, 4096)
 		for {
@@ -79,8 +91,8 @@ func silentConn(t *testing.T) *rconn {
 				return
 			}
 		}
-	}()
-	nc, err := net.Dial("tcp", l.Addr().String())
+	})
+	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -170,24 +170,15 @@ func (g *gatedConn) Read(p []byte) (int, error) {
 // call before it closes the connection (without answering).
 func closingServer(t *testing.T, read bool) (addr string, closed chan struct{}) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
 	closed = make(chan struct{})
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
+	addr = listen(t, func(c net.Conn) {
 		if read {
 			_, _ = redistest.ReadCommand(bufio.NewReader(c))
 		}
 		c.Close()
 		close(closed)
-	}()
-	return l.Addr().String(), closed
+	})
+	return addr, closed
 }
 
 // A call written to a connection Redis had closed before (its FIN in the

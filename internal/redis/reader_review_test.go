@@ -32,35 +32,21 @@ func (p *panicConn) SetReadDeadline(t time.Time) error {
 // pongServer answers every command with +PONG, after delay but the first.
 func pongServer(t *testing.T, delay time.Duration) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
+	return listen(t, func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for n := 0; ; n++ {
+			if _, err := redistest.ReadCommand(br); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				for n := 0; ; n++ {
-					if _, err := redistest.ReadCommand(br); err != nil {
-						return
-					}
-					if n > 0 {
-						time.Sleep(delay)
-					}
-					if _, err := c.Write([]byte("+PONG\r\n")); err != nil {
-						return
-					}
-				}
-			}()
+			if n > 0 {
+				time.Sleep(delay)
+			}
+			if _, err := c.Write([]byte("+PONG\r\n")); err != nil {
+				return
+			}
 		}
-	}()
-	return l.Addr().String()
+	})
 }
 
 // A panic in the reader while it holds the lock kills the connection:
