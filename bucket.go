@@ -161,13 +161,9 @@ func ceilMS(us float64) int64 {
 //	             KEYS[i]..'@'..the start (s) of the window that holds TIME
 //	             (+ shift); a TIME outside the four bounds (a pod's
 //	             clock off by a window) is refused with an error, never
-//	             counted in an ended window; charged with the buckets, expiring a minute
-//	             after that window, or a day after its last charge while
-//	             it holds less than a tenth of what an even pace spends in
-//	             a day (limit x day / window / 10: a one-shot identity's
-//	             counter is gone a day later, not at a month's end, and
-//	             such forgotten counts add at most a tenth of the limit
-//	             over a window); it reports what is left, the ms to the
+//	             counted in an ended window; charged with the buckets,
+//	             expiring as quotaExpiryLua says; it reports what is
+//	             left, the ms to the
 //	             window's end as its wait when it refuses, and always as
 //	             its time to full.
 //	             A concurrency cap (concurrency.go) has 0, max and
@@ -187,6 +183,21 @@ func ceilMS(us float64) int64 {
 //	             line of decimal integers (allowed 1|0), so that the client
 //	             reads one line and parses it with one call
 //
+// quotaExpiryLua is the expiry of a quota's counter, the bucket script's
+// and the charge script's (costs.go) alike: quotaPX(e, v, w, lim), for a
+// counter of v of lim in a window w µs long that ends in e ms, is a
+// minute after the window's end, or a day while the counter holds less
+// than a tenth of what an even pace spends in a day (lim x day / w / 10):
+// a one-shot identity's counter is gone a day later, not at a month's
+// end, and such forgotten counts add at most a tenth of the limit over a
+// window.
+const quotaExpiryLua = `
+local function quotaPX(e, v, w, lim)
+  if e > 86400000 and v * 10 * w < lim * 86400000000 then return 86400000 end
+  return e + 60000
+end
+`
+
 // Charged buckets (and buckets whose TAT was clamped because TIME ran
 // backwards) are stored with an expiry at their TAT (at most maxWaitMS),
 // so a key lives only while its bucket is not full. The value is the TAT
@@ -200,7 +211,7 @@ func ceilMS(us float64) int64 {
 // took 104. TIME makes the script
 // non-deterministic; Redis >= 5 replicates its effects (the SETs), which
 // redis.replicate_commands asks for where it is not already the default.
-const bucketScript = `
+const bucketScript = quotaExpiryLua + `
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
@@ -280,9 +291,7 @@ for i = 1, n do
     local c, lim, e = s[i], -iv[i], math.max(1, math.ceil(qe[i] / 1000))
     if ok == 1 then
       c = c + cost[i]
-      local px = e + 60000
-      if e > 86400000 and c * 10 * qw[i] < lim * 86400000000 then px = 86400000 end
-      redis.call('SET', qk[i], string.format('%.0f', c), 'PX', px)
+      redis.call('SET', qk[i], string.format('%.0f', c), 'PX', quotaPX(e, c, qw[i], lim))
     end
     local w = 0
     if s[i] + cost[i] > lim then w = e end

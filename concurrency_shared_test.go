@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
@@ -47,4 +49,13 @@ func TestCapsOfOtherMaxDurationsShareTheirSlots(t *testing.T) {
 	done.Wait()
 	moreDone.Wait()
 	_ = recs
+}
+
+// The take script sweeps slots further ahead than the longest hold a cap
+// may ask and a second: its literal is maxHoldDuration's.
+func TestSweepHorizonIsTheLongestHold(t *testing.T) {
+	want := "now + " + strconv.FormatInt(int64((maxHoldDuration+time.Second)/time.Microsecond), 10) + ")"
+	if !strings.Contains(bucketScript, want) {
+		t.Errorf("bucketScript does not sweep past %q (maxHoldDuration %v and a second)", want, maxHoldDuration)
+	}
 }

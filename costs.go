@@ -11,8 +11,8 @@ package tollgate
 // maxChargeBatch charges (one per charge and bucket in a Cluster, whose
 // calls' keys share a slot). A bucket may go into debt (chargeScript): its
 // TAT past a full refill by the whole amount charged, so that later
-// requests wait until it is back above zero; the check reads the debt mark (K}d) before it would take
-// such a TAT for a clock stepped back. A malformed header is counted and
+// requests wait until it is back above zero; the check reads the debt
+// mark (K}d) before it would take such a TAT for a clock stepped back. A malformed header is counted and
 // charges nothing; a full queue drops the charge and counts it; a failed
 // call counts its charges. The header reaches the client: it is read
 // after the response was written, and the ResponseWriter is not wrapped.
@@ -332,7 +332,7 @@ func chargeCommand(batch []*charge, only int) *redis.Command {
 // chargeScr is chargeScript's prepared form.
 var chargeScr = redis.NewScript(chargeScript)
 
-const chargeScript = `
+const chargeScript = quotaExpiryLua + `
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
@@ -354,10 +354,7 @@ while a <= #ARGV do
       local v = false
       if qn >= tonumber(b0) and qn < tonumber(b3) then v = redis.pcall('INCRBY', qk, c) end
       if type(v) == 'number' then
-        local e = math.max(1, math.ceil((en - qn) / 1000))
-        local px = e + 60000
-        if e > 86400000 and v * 10 * (en - st) < tonumber(-iv) * 86400000000 then px = 86400000 end
-        redis.call('PEXPIRE', qk, px)
+        redis.call('PEXPIRE', qk, quotaPX(math.max(1, math.ceil((en - qn) / 1000)), v, en - st, -iv))
       end
     else
       local cap = iv * tonumber(b)

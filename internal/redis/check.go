@@ -1,7 +1,8 @@
 package redis
 
-// A check on one node: PoolCheck (the hot path), pipelined behind others, tried once more when it cannot have run, and
-// the prober's PING.
+// A check on one node: PoolCheck (the hot path), pipelined behind
+// others, tried again when it cannot have run (stale.go), and the
+// prober's PING.
 
 import (
 	"sync/atomic"

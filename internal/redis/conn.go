@@ -61,15 +61,14 @@ type rconn struct {
 	dead      error         // not nil once the stream is unusable
 	inflight  int64         // len(queue), read atomically by the pool; deadLoad once dead
 	mixed     bool          // calls with different timeouts were written on it
-	readUntil int64         // the reader's read deadline, monotonic ns; 0: none; staleDeadline: a past one left set (readLoop)
+	readUntil int64         // the socket's read deadline as the reader knows it, monotonic ns; staleDeadline, 0, -1: see readLoop
 	timeout   time.Duration // the timeout of the calls written so far
 	used      int64         // monotonic ns when the pool last handed it out (guarded by the pool's mu)
 	born      int64         // monotonic ns when it joined the pool
 	epoch     int64         // the pool's epoch when it last proved good (guarded by the pool's mu; stale.go)
 	id        int64         // its CLIENT ID; 0: unknown (set before it joins the pool)
+	run       string        // its server's run_id; "": unknown (set before it joins the pool)
 	pool      *Pool         // told of its death by its reader; nil: none (a side connection, tests)
-
-	run string // its server's run_id; "": unknown (set before it joins the pool)
 }
 
 // call is one request on a connection and, once done, its reply line (a

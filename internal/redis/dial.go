@@ -177,17 +177,6 @@ func dialOptions(tlsConf *tls.Config, deadline time.Time, username, password str
 	return opts
 }
 
-// cut reports a dial whose connection was cut under way (EOF, a reset):
-// Redis is there and closed it, as opposed to refusing or timing out.
-func cut(err error) bool { return errors.Is(err, io.EOF) || reset(err) }
-
-// reset reports an error of a socket reset by the peer (a reset, a broken
-// pipe). By the error's text: the interpreter has no syscall package.
-func reset(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "connection reset by peer") || strings.Contains(s, "broken pipe")
-}
-
 // startDial dials one connection on a goroutine of its own. Requires c.mu
 // held.
 func (c *Pool) startDial() {

@@ -5,7 +5,9 @@ package redis
 
 import (
 	"errors"
+	"io"
 	"net"
+	"strings"
 )
 
 // Errors a caller may branch on. Any other error of a check is a
@@ -103,4 +105,15 @@ func replyFault(err error) bool {
 // restarted.
 func lostUnder(err error) bool {
 	return err == errOwed || !neverSent(err) && connLost(err)
+}
+
+// cut reports a dial whose connection was cut under way (EOF, a reset):
+// Redis is there and closed it, as opposed to refusing or timing out.
+func cut(err error) bool { return errors.Is(err, io.EOF) || reset(err) }
+
+// reset reports an error of a socket reset by the peer (a reset, a broken
+// pipe). By the error's text: the interpreter has no syscall package.
+func reset(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "connection reset by peer") || strings.Contains(s, "broken pipe")
 }

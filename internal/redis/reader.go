@@ -348,14 +348,11 @@ func (cn *rconn) expire(now int64) bool {
 		// failing. The call waits on, up to queueWait timeouts after its
 		// write.
 		if last := cl.sent + queueWait*cl.timeout; now-answered < cl.timeout && now < last {
-			dl := answered + cl.timeout
-			if dl > last {
-				dl = last
+			cl.deadline = answered + cl.timeout // after now
+			if cl.deadline > last {
+				cl.deadline = last
 			}
-			if dl > now {
-				cl.deadline = dl
-				continue
-			}
+			continue
 		}
 		finish(cl, nil, ErrTimeout)
 	}
