@@ -1,6 +1,7 @@
 package tollgate
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -16,8 +17,17 @@ import (
 // the first was cut to nothing, and the client used 20 times its limit.
 func TestResponseCostOfConcurrentRequestsIsKeptWhole(t *testing.T) {
 	addr := redistest.Start(t)
-	h := costHandler(t, addr, func() []string { return []string{"50"} }, func(c *Config) {
+	// Every request is checked before any response ends (the backend holds
+	// them all), as when 100 arrive at once and each takes a while.
+	g := newGate()
+	next := http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		rw.Header().Set("X-Usage-Tokens", "50")
+		g.ServeHTTP(rw, req)
+	})
+	h := handlerWith(t, addr, next, func(c *Config) {
 		c.Average, c.Period, c.Burst = 100, "1s", 100
+		c.Class = fmt.Sprintf("cost-%d", atomic.AddInt64(&backendSeq, 1))
+		c.ResponseCost = &ResponseCost{Header: "X-Usage-Tokens", Max: 1000}
 	})
 	var wg sync.WaitGroup
 	var admitted int64
@@ -30,6 +40,8 @@ func TestResponseCostOfConcurrentRequestsIsKeptWhole(t *testing.T) {
 			}
 		}()
 	}
+	waitArrived(t, g, 100) // the burst: each of the 100 admitted
+	close(g.open)
 	wg.Wait()
 	settle(t, h)
 	if admitted != 100 {

@@ -84,13 +84,13 @@ func TestAClosedPolicyClosesTheSet(t *testing.T) {
 
 // Catches: the local fallback's cap slot not given back when a rate
 // refuses in the same decision. Redis down, one pod: a rate of burst 1
-// refilling in 100 ms and a cap of 1. A request admitted, one refused by
+// refilling in 500 ms and a cap of 1. A request admitted, one refused by
 // the rate (its slot must come back), then, the rate refilled, one more
 // admitted.
 func TestLocalCapSlotComesBackWhenARateRefuses(t *testing.T) {
 	noop := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {})
 	h := capHandler(t, "127.0.0.1:1", noop, Concurrency{Max: 1}, func(c *Config) {
-		c.Average, c.Period, c.Burst = 10, "1s", 1
+		c.Average, c.Period, c.Burst = 2, "1s", 1
 		c.Replicas = 1
 		c.Redis.Timeout = "50ms"
 	})
@@ -100,7 +100,7 @@ func TestLocalCapSlotComesBackWhenARateRefuses(t *testing.T) {
 	if rec := serve(h, "k"); rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("second request at once: %d, want 429 (the rate's bucket is empty)", rec.Code)
 	}
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(600 * time.Millisecond)
 	if rec := serve(h, "k"); rec.Code != http.StatusOK {
 		t.Errorf("after the rate refilled: %d %s, want 200 (no slot held by the refused request)", rec.Code, rec.Body.String())
 	}
