@@ -47,7 +47,6 @@ type settings struct {
 	shards      int64 // sub-buckets per client bucket; 1: not sharded
 	digits      int   // width of the shard number in keys
 	keyLen      int   // length of a client key in Redis (sharded or not)
-	disabled    bool  // no policy at all
 	leases      bool  // the top level or a plan leases (lease.go): every call honours leases
 	// Quotas (quota.go), charged with their owner: the top level's (also
 	// with no top-level rate), plans[i]'s and rules[i]'s. (Not in policy:
@@ -62,6 +61,9 @@ type settings struct {
 // checkMetricsOnly refuses a serveMetrics middleware that also configures
 // a limit: it would apply none.
 func checkMetricsOnly(cfg *Config) error {
+	if err := checkWords(cfg); err != nil {
+		return err
+	}
 	switch {
 	case cfg.Average != 0:
 		return fmt.Errorf("serveMetrics: a metrics endpoint applies no limit, but average is %d (put the limit on a middleware of its own)", cfg.Average)
@@ -77,6 +79,9 @@ func checkMetricsOnly(cfg *Config) error {
 func compile(cfg *Config, name string) (*settings, error) {
 	if cfg == nil {
 		return nil, errors.New("no configuration")
+	}
+	if err := checkWords(cfg); err != nil {
+		return nil, err
 	}
 	s := &settings{}
 	if len(cfg.MetricsClasses) > 0 {
@@ -196,7 +201,6 @@ func compile(cfg *Config, name string) (*settings, error) {
 	if len(s.rules) > maxRules {
 		return nil, fmt.Errorf("rules: %d rules, at most %d are allowed", len(s.rules), maxRules)
 	}
-	s.disabled = s.top == nil && len(s.rules) == 0 && len(s.plans) == 0 && len(s.topQuotas) == 0
 
 	switch strings.ToLower(strings.TrimSpace(cfg.Headers)) {
 	case "", "ietf":
@@ -250,6 +254,9 @@ func compile(cfg *Config, name string) (*settings, error) {
 				p.regionPPM = -s.region.Static
 			}
 		}
+	}
+	if s.top == nil && len(s.rules) == 0 && len(s.plans) == 0 && len(s.topQuotas) == 0 {
+		return nil, errors.New("no limit: set average, rules, plans, quotas or concurrency (or serveMetrics for a metrics endpoint); a middleware with none would limit nothing")
 	}
 	return s, nil
 }

@@ -124,6 +124,9 @@ type Config struct {
 	// its own Redis, holding a share of every limit that follows the
 	// clients' traffic (region.go). Without it nothing changes.
 	Region *RegionConfig `json:"region,omitempty" yaml:"region,omitempty" toml:"region,omitempty"`
+	// Unknown holds the options Traefik found no field for (words.go):
+	// New refuses the config when it holds any.
+	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
 // RegionConfig names this fleet's region and the other regions' Redis.
@@ -140,6 +143,9 @@ type RegionConfig struct {
 	Interval string `json:"interval,omitempty" yaml:"interval,omitempty" toml:"interval,omitempty"`
 	// Peers are the other regions, at most 8.
 	Peers []PeerConfig `json:"peers,omitempty" yaml:"peers,omitempty" toml:"peers,omitempty"`
+	// Unknown holds the options Traefik found no field for (words.go):
+	// New refuses the config when it holds any.
+	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
 // PeerConfig is another region: its name, weight and Redis, read and
@@ -160,6 +166,9 @@ type PeerConfig struct {
 	DB                   int64     `json:"db,omitempty" yaml:"db,omitempty" toml:"db,omitempty"`
 	TLS                  TLSConfig `json:"tls,omitempty" yaml:"tls,omitempty" toml:"tls,omitempty"`
 	Timeout              string    `json:"timeout,omitempty" yaml:"timeout,omitempty" toml:"timeout,omitempty"`
+	// Unknown holds the options Traefik found no field for (words.go):
+	// New refuses the config when it holds any.
+	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
 // SourceCriterion mirrors Traefik's rateLimit sourceCriterion.
@@ -171,6 +180,9 @@ type SourceCriterion struct {
 	RequestHost bool `json:"requestHost,omitempty" yaml:"requestHost,omitempty" toml:"requestHost,omitempty"`
 	// IPStrategy picks the client IP.
 	IPStrategy *IPStrategy `json:"ipStrategy,omitempty" yaml:"ipStrategy,omitempty" toml:"ipStrategy,omitempty"`
+	// Unknown holds the options Traefik found no field for (words.go):
+	// New refuses the config when it holds any.
+	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
 // IPStrategy mirrors Traefik's ipStrategy.
@@ -184,6 +196,9 @@ type IPStrategy struct {
 	// IPv6Subnet groups IPv6 clients by this prefix length (1-128).
 	// 0 (default) keys each IPv6 address on its own.
 	IPv6Subnet int64 `json:"ipv6Subnet,omitempty" yaml:"ipv6Subnet,omitempty" toml:"ipv6Subnet,omitempty"`
+	// Unknown holds the options Traefik found no field for (words.go):
+	// New refuses the config when it holds any.
+	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
 // Plan is a client's tier (Config.Plans): a top-level limit of its own.
@@ -210,6 +225,9 @@ type Plan struct {
 	// Unlimited: the plan's clients pass the top-level limit (no bucket,
 	// no RateLimit headers of it); rules still apply.
 	Unlimited bool `json:"unlimited,omitempty" yaml:"unlimited,omitempty" toml:"unlimited,omitempty"`
+	// Unknown holds the options Traefik found no field for (words.go):
+	// New refuses the config when it holds any.
+	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
 // Lease: when Redis admits a request and the client's buckets, after it,
@@ -223,6 +241,9 @@ type Lease struct {
 	Max int64 `json:"max,omitempty" yaml:"max,omitempty" toml:"max,omitempty"`
 	// TTL is how long a lease may be spent. Default "1s"; at most "10s".
 	TTL string `json:"ttl,omitempty" yaml:"ttl,omitempty" toml:"ttl,omitempty"`
+	// Unknown holds the options Traefik found no field for (words.go):
+	// New refuses the config when it holds any.
+	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
 // Rule is an extra bucket charged for the requests it matches.
@@ -258,6 +279,9 @@ type Rule struct {
 	ResponseCost *ResponseCost `json:"responseCost,omitempty" yaml:"responseCost,omitempty" toml:"responseCost,omitempty"`
 	// Concurrency caps the rule's requests in flight; unset: none.
 	Concurrency *Concurrency `json:"concurrency,omitempty" yaml:"concurrency,omitempty" toml:"concurrency,omitempty"`
+	// Unknown holds the options Traefik found no field for (words.go):
+	// New refuses the config when it holds any.
+	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
 // ResponseCost: after the backend answers, Header's value (a decimal
@@ -274,6 +298,9 @@ type ResponseCost struct {
 	// KeepHeader is accepted for compatibility: the header is always
 	// kept (see the README).
 	KeepHeader bool `json:"keepHeader,omitempty" yaml:"keepHeader,omitempty" toml:"keepHeader,omitempty"`
+	// Unknown holds the options Traefik found no field for (words.go):
+	// New refuses the config when it holds any.
+	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
 // Concurrency caps the requests in flight, across every replica, of
@@ -294,6 +321,9 @@ type Concurrency struct {
 	// class for a cap alone at the top level (average 0), else the
 	// owner's name and "-concurrency".
 	Name string `json:"name,omitempty" yaml:"name,omitempty" toml:"name,omitempty"`
+	// Unknown holds the options Traefik found no field for (words.go):
+	// New refuses the config when it holds any.
+	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
 // Quota is a calendar quota: at most Limit requests' cost per client in
@@ -313,6 +343,9 @@ type Quota struct {
 	// Timezone is the IANA zone whose calendar the windows follow
 	// ("Europe/Berlin"). Default "UTC".
 	Timezone string `json:"timezone,omitempty" yaml:"timezone,omitempty" toml:"timezone,omitempty"`
+	// Unknown holds the options Traefik found no field for (words.go):
+	// New refuses the config when it holds any.
+	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
 // RedisConfig says where the shared buckets live.
@@ -385,6 +418,9 @@ type RedisConfig struct {
 	// counted. Default "5s"; "0" turns it off (Replicas is then used as
 	// given).
 	Heartbeat string `json:"heartbeat,omitempty" yaml:"heartbeat,omitempty" toml:"heartbeat,omitempty"`
+	// Unknown holds the options Traefik found no field for (words.go):
+	// New refuses the config when it holds any.
+	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
 // TLSConfig holds file paths (PEM) and the verification switch.
@@ -399,6 +435,9 @@ type TLSConfig struct {
 	Cert               string `json:"cert,omitempty" yaml:"cert,omitempty" toml:"cert,omitempty"`
 	Key                string `json:"key,omitempty" yaml:"key,omitempty" toml:"key,omitempty"`
 	InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty" yaml:"insecureSkipVerify,omitempty" toml:"insecureSkipVerify,omitempty"`
+	// Unknown holds the options Traefik found no field for (words.go):
+	// New refuses the config when it holds any.
+	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
 // CreateConfig returns the default configuration; Traefik decodes the

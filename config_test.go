@@ -45,12 +45,17 @@ func TestParseDuration(t *testing.T) {
 }
 
 func TestCompileDefaults(t *testing.T) {
-	s, err := compile(CreateConfig(), "api@file")
+	if _, err := compile(CreateConfig(), "api@file"); err == nil || !strings.Contains(err.Error(), "no limit") {
+		t.Fatalf("compile(defaults) error = %v, want one saying there is no limit", err)
+	}
+	cfg := CreateConfig()
+	cfg.Average = 10
+	s, err := compile(cfg, "api@file")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.disabled || s.top != nil || s.class != "api@file" || s.headers != headersIETF {
-		t.Fatalf("defaults: %+v, want limiting disabled, class from the name, ietf headers", s)
+	if s.top == nil || s.top.lim.burst != 1 || s.class != "api@file" || s.headers != headersIETF {
+		t.Fatalf("defaults: %+v, want burst 1, class from the name, ietf headers", s)
 	}
 	if s.redis.addr != "127.0.0.1:6379" || s.redis.timeout != 5*time.Millisecond || s.redis.poolSize != 64 ||
 		s.redis.breakerThreshold != 3 || s.redis.probeInterval != 3*time.Second {

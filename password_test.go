@@ -70,6 +70,7 @@ func TestPasswordFile(t *testing.T) {
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			cfg := CreateConfig()
+			cfg.Average = 10
 			cfg.Redis.PasswordFile = tc.path
 			s, err := compile(cfg, "api@file")
 			if tc.err == "" {

@@ -54,9 +54,6 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 		}
 	}
 	t := &Tollgate{next: next, set: set, local: shared.locals.forClass(set.class), sets: make(map[uint64]*policySet)}
-	if set.disabled {
-		return t, nil
-	}
 	if t.be, err = shared.backend(set.redis); err != nil {
 		return nil, fmt.Errorf("tollgate %s: %w", name, err)
 	}
