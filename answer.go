@@ -32,15 +32,15 @@ func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policy
 		return
 	}
 	count(set, d, how)
-	if t.set.decision != "" {
-		rw.Header()[t.set.decision] = decisionValues[how]
+	if t.set.Decision != "" {
+		rw.Header()[t.set.Decision] = decisionValues[how]
 	}
 	if how == decidedUnavailable {
 		t.refuseUnavailable(rw, set)
 		return
 	}
-	if t.set.headers != 0 {
-		setHeaders(rw.Header(), t.set.headers, set, d)
+	if t.set.Headers != 0 {
+		setHeaders(rw.Header(), t.set.Headers, set, d)
 	}
 	if d[0] != 1 {
 		writeQuotaExceeded(rw, set, d)
@@ -60,7 +60,7 @@ func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policy
 // after a reload must not keep the old instance and its next.)
 func (t *Tollgate) prepared(s *policySet) *policySet {
 	if !s.shadow && t.notes == nil {
-		decision, headers := t.set.decision, t.set.headers
+		decision, headers := t.set.Decision, t.set.Headers
 		s.denied.prepare = func(d []int64) *refusal { return prepareRefusal(decision, headers, s, d) }
 		s.denied.showsFull = headers&(headersLegacy|headersDraft07) != 0
 	}
@@ -96,8 +96,8 @@ func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
 // unavailableHeaders sets the headers of a request decided unavailable
 // and returns the retry time, in seconds.
 func (t *Tollgate) unavailableHeaders(rw http.ResponseWriter, set *policySet) int64 {
-	retry := ceilSecs(t.set.redis.probeNS / 1e6)
-	if t.set.headers&headersIETF != 0 {
+	retry := ceilSecs(t.set.Redis.ProbeNS / 1e6)
+	if t.set.Headers&headersIETF != 0 {
 		// No budget is known; r=0 with the retry time keeps "every
 		// response carries RateLimit" true and tells SDKs to pause.
 		rw.Header().Set("RateLimit-Policy", set.policyHeader)
@@ -123,11 +123,11 @@ var shadowValues = [...][]string{{"redis;shadow"}, {"local;shadow"}, {"lease;sha
 // (unavailable) is one.
 func shadowOnly(set *policySet, d []int64, how int) bool {
 	for i, p := range set.ps {
-		refused := p.failClosed
+		refused := p.FailClosed
 		if how != decidedUnavailable {
 			refused = d[2+3*i] > 0
 		}
-		if refused && !p.shadow {
+		if refused && !p.Shadow {
 			return false
 		}
 	}
@@ -164,19 +164,19 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 		held, hd, hhow = set.enforce, e, ehow
 	}
 	p := set.ps[decider(set, d, how)]
-	n := atomic.AddInt64(&p.m.N[how*metrics.NResults+metrics.ShadowLimited], 1)
+	n := atomic.AddInt64(&p.Metrics.N[how*metrics.NResults+metrics.ShadowLimited], 1)
 	now := int64(time.Since(processStart)) + monoOrigin
-	if last := atomic.LoadInt64(&p.m.ShadowLog); (last == 0 || now-last >= t.set.redis.probeNS) && atomic.CompareAndSwapInt64(&p.m.ShadowLog, last, now) {
+	if last := atomic.LoadInt64(&p.Metrics.ShadowLog); (last == 0 || now-last >= t.set.Redis.ProbeNS) && atomic.CompareAndSwapInt64(&p.Metrics.ShadowLog, last, now) {
 		log.Printf("tollgate: shadow: policy %q of class %q would have refused a request (%s); let through (%d so far)",
-			p.name, t.set.class, metrics.DecisionName(how), n)
+			p.Name, t.set.Class, metrics.DecisionName(how), n)
 	}
-	if t.set.decision != "" {
-		rw.Header()[t.set.decision] = shadowValues[how]
+	if t.set.Decision != "" {
+		rw.Header()[t.set.Decision] = shadowValues[how]
 	}
 	if how == decidedUnavailable {
 		t.unavailableHeaders(rw, set)
-	} else if t.set.headers != 0 {
-		setHeaders(rw.Header(), t.set.headers, set, d)
+	} else if t.set.Headers != 0 {
+		setHeaders(rw.Header(), t.set.Headers, set, d)
 	}
 	t.serveNext(rw, req, set, held, hd, hhow)
 }
@@ -186,9 +186,9 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 // the header that names the client), and the charge is the client's the
 // request was decided for.
 func chargeKeys(t *Tollgate, req *http.Request, set *policySet) []string {
-	keys := clientKeys(t, set, req, clientKey(t.set.class, t.set.source.identity(req)))
+	keys := clientKeys(t, set, req, clientKey(t.set.Class, t.set.Source.identity(req)))
 	for i, p := range set.ps {
-		keys[i] += p.keySuffix
+		keys[i] += p.KeySuffix
 	}
 	return keys
 }
@@ -202,15 +202,15 @@ func (t *Tollgate) chargeResponse(rw http.ResponseWriter, set *policySet, keys [
 	h := rw.Header()
 	var c *charge
 	for i, p := range set.ps {
-		if p.respCost == nil || p.conc != nil {
+		if p.RespCost == nil || p.Cap != nil {
 			continue
 		}
-		n, ok := responseCost(h, p.respCost)
+		n, ok := responseCost(h, p.RespCost)
 		if !ok {
-			atomic.AddInt64(&p.m.CostInvalid, 1)
+			atomic.AddInt64(&p.Metrics.CostInvalid, 1)
 			continue
 		}
-		extra := n - int64(p.lim.cost)
+		extra := n - int64(p.Lim.Cost)
 		if extra <= 0 {
 			continue
 		}
@@ -218,14 +218,14 @@ func (t *Tollgate) chargeResponse(rw http.ResponseWriter, set *policySet, keys [
 			c = &charge{}
 		}
 		amount := strconv.FormatInt(extra, 10)
-		if p.quota != nil {
-			c.args = append(c.args, strconv.FormatInt(-p.quota.limit, 10), windowsArg(p.quota.window(quotaNow())), amount)
+		if p.Quota != nil {
+			c.args = append(c.args, strconv.FormatInt(-p.Quota.Limit, 10), windowsArg(p.Quota.window(quotaNow())), amount)
 		} else {
-			c.args = append(c.args, strconv.FormatFloat(p.lim.interval, 'g', -1, 64), strconv.FormatFloat(p.lim.burst, 'g', -1, 64), amount)
+			c.args = append(c.args, strconv.FormatFloat(p.Lim.Interval, 'g', -1, 64), strconv.FormatFloat(p.Lim.Burst, 'g', -1, 64), amount)
 		}
 		c.keys = append(c.keys, keys[i])
 		c.amounts = append(c.amounts, extra)
-		c.ms = append(c.ms, p.m)
+		c.ms = append(c.ms, p.Metrics)
 	}
 	if c != nil {
 		chargesOf(t.be).add(c)
@@ -242,10 +242,10 @@ func (t *Tollgate) serveNext(rw http.ResponseWriter, req *http.Request, set, hel
 		keys = chargeKeys(t, req, set) // before next, which may change req (a middleware that strips the key)
 	}
 	if held != nil && held.held && (hhow == decidedRedis || hhow == decidedLocal) {
-		hk := heldKeys(t, held, req, clientKey(t.set.class, t.set.source.identity(req)))
+		hk := heldKeys(t, held, req, clientKey(t.set.Class, t.set.Source.identity(req)))
 		for _, p := range held.ps {
-			if p.conc != nil {
-				atomic.AddInt64(&p.m.InFlight, 1)
+			if p.Cap != nil {
+				atomic.AddInt64(&p.Metrics.InFlight, 1)
 			}
 		}
 		defer release(t, held, hk, "", hd, hhow)
@@ -261,14 +261,14 @@ func (t *Tollgate) serveNext(rw http.ResponseWriter, req *http.Request, set, hel
 // Redis.
 func release(t *Tollgate, set *policySet, keys []string, call string, d []int64, how int) {
 	for _, p := range set.ps {
-		if p.conc != nil {
-			atomic.AddInt64(&p.m.InFlight, -1)
+		if p.Cap != nil {
+			atomic.AddInt64(&p.Metrics.InFlight, -1)
 		}
 	}
 	if how == decidedLocal {
 		for i, p := range set.ps {
-			if p.conc != nil {
-				t.local.unhold(keys[i] + p.keySuffix)
+			if p.Cap != nil {
+				t.local.unhold(keys[i] + p.KeySuffix)
 			}
 		}
 		return
@@ -281,13 +281,13 @@ func release(t *Tollgate, set *policySet, keys []string, call string, d []int64,
 	// time (a second give-back is harmless).
 	if call == "" {
 		for i, p := range set.ps {
-			if p.conc != nil {
+			if p.Cap != nil {
 				call = heldCall(set, keys, strconv.FormatInt(d[3+3*i], 10)) // the take's member
 				break
 			}
 		}
 	}
-	if t.be.rc.Check(set.give, call, make([]int64, 1), t.set.redis.timeout) != nil {
+	if t.be.rc.Check(set.give, call, make([]int64, 1), t.set.Redis.Timeout) != nil {
 		returnSlots(t, set, call)
 	}
 }

@@ -40,12 +40,12 @@ var errBreakerOpen = errors.New("tollgate: redis circuit breaker open")
 type backend struct {
 	rc      *redis.Client // the deployment (redisconn.go)
 	pool    *redis.Pool   // standalone: the server's pool (the hot path's); nil otherwise
-	base    redisSettings // the first New's: its mode, endpoints and credentials make the backend
+	base    RedisSettings // the first New's: its mode, endpoints and credentials make the backend
 	breaker *breaker
 	now     func() int64 // monotonic (internal/clock)
 
 	setMu sync.Mutex
-	set   redisSettings // the latest New's, for what runs outside a check (dials, probes)
+	set   RedisSettings // the latest New's, for what runs outside a check (dials, probes)
 
 	beatsMu sync.Mutex
 	beats   map[string]*heartbeat // by class (heartbeat.go)
@@ -72,7 +72,7 @@ type backend struct {
 
 // check asks Redis, through the breaker, for decision d, with the caller's
 // timeout and breaker settings, and records the outcome (redisCheck).
-func (b *backend) check(cmd *redis.Command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
+func (b *backend) check(cmd *redis.Command, key string, d []int64, o *RedisSettings, hb *heartbeat) error {
 	return redisCheck(b, cmd, key, d, o, hb)
 }
 
@@ -84,7 +84,7 @@ func (b *backend) check(cmd *redis.Command, key string, d []int64, o *redisSetti
 //
 // hb, when not nil, is the caller's class heartbeat: a successful check
 // starts one when it is due (heartbeat.go).
-func redisCheck(b *backend, cmd *redis.Command, key string, d []int64, o *redisSettings, hb *heartbeat) error {
+func redisCheck(b *backend, cmd *redis.Command, key string, d []int64, o *RedisSettings, hb *heartbeat) error {
 	ns := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
 	atomic.StoreInt64(&b.lastUsed, ns)
 	if b.pool == nil || atomic.LoadInt64(&b.breaker.nextProbe) != 0 {
@@ -93,11 +93,11 @@ func redisCheck(b *backend, cmd *redis.Command, key string, d []int64, o *redisS
 		}
 		return b.checkOther(cmd, key, d, o, hb, ns)
 	}
-	if err := redis.PoolCheck(b.pool, cmd, key, d, o.timeout, ns); err != nil {
+	if err := redis.PoolCheck(b.pool, cmd, key, d, o.Timeout, ns); err != nil {
 		b.failedCheck(ns, err, o)
 		return err
 	}
-	if ns-atomic.LoadInt64(&b.breaker.window) >= breakerWindow || ns&(histSample-1) == 0 || hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
+	if ns-atomic.LoadInt64(&b.breaker.window) >= breakerWindow || ns&(histSample-1) == 0 || hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.HeartbeatNS {
 		b.tick(hb, ns, o)
 	}
 	atomic.AddInt64(&b.breaker.checks, 1)
@@ -107,12 +107,12 @@ func redisCheck(b *backend, cmd *redis.Command, key string, d []int64, o *redisS
 // tick is redisCheck's rare bookkeeping after a success begun at ns: the
 // breaker's window rolled, the check timed (the clock's low bits pick one
 // in metrics.HistSample), a heartbeat due.
-func (b *backend) tick(hb *heartbeat, ns int64, o *redisSettings) {
+func (b *backend) tick(hb *heartbeat, ns int64, o *RedisSettings) {
 	if ns&(histSample-1) == 0 {
 		b.metrics.Observe(b.now() - ns)
 	}
 	b.breaker.roll(ns)
-	if hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.heartbeatNS {
+	if hb != nil && ns-atomic.LoadInt64(&hb.last) >= o.HeartbeatNS {
 		b.beat(hb, ns, o)
 	}
 }
@@ -131,12 +131,12 @@ func skipping(b *backend, ns int64) bool {
 
 // checkOther is redisCheck for a topology (sentinel, cluster) or while
 // the breaker is open.
-func (b *backend) checkOther(cmd *redis.Command, key string, d []int64, o *redisSettings, hb *heartbeat, ns int64) error {
-	if atomic.LoadInt64(&b.breaker.nextProbe) != 0 && !b.breaker.allow(ns, o.probeNS) {
+func (b *backend) checkOther(cmd *redis.Command, key string, d []int64, o *RedisSettings, hb *heartbeat, ns int64) error {
+	if atomic.LoadInt64(&b.breaker.nextProbe) != 0 && !b.breaker.allow(ns, o.ProbeNS) {
 		b.skip()
 		return errBreakerOpen
 	}
-	if err := b.rc.Check(cmd, key, d, o.timeout); err != nil {
+	if err := b.rc.Check(cmd, key, d, o.Timeout); err != nil {
 		b.failedCheck(ns, err, o)
 		return err
 	}
@@ -149,7 +149,7 @@ func (b *backend) checkOther(cmd *redis.Command, key string, d []int64, o *redis
 // breaker probes by itself.
 func (b *backend) skip() {
 	atomic.AddInt64(&b.skipped, 1)
-	if b.base.mode != redis.Standalone {
+	if b.base.Mode != redis.Standalone {
 		b.rc.Touch()   // a skipped check keeps the sentinel watcher running
 		b.rc.Refresh() // a promoted replica lets the next probe through (internal/redis)
 	}
@@ -165,7 +165,7 @@ func podFault(err error) bool {
 
 // failedCheck records a failed check begun at start (timed when the
 // clock's low bits pick it, as tick does).
-func (b *backend) failedCheck(start int64, err error, o *redisSettings) {
+func (b *backend) failedCheck(start int64, err error, o *RedisSettings) {
 	now := b.now()
 	if start&(histSample-1) == 0 {
 		b.metrics.Observe(now - start)
@@ -176,8 +176,8 @@ func (b *backend) failedCheck(start int64, err error, o *redisSettings) {
 // failed records a failed check at ns. A check without a connection because
 // dials fail (redis.ErrDialFailed) counts like any other; the failed dial was
 // counted and logged, with its cause, by dialFailed.
-func (b *backend) failed(ns int64, err error, o *redisSettings) {
-	if b.base.mode != redis.Standalone && err != redis.ErrQueueFull {
+func (b *backend) failed(ns int64, err error, o *RedisSettings) {
+	if b.base.Mode != redis.Standalone && err != redis.ErrQueueFull {
 		b.rc.Refresh() // a node down, a failover, a slot moved
 	}
 	if err != errBreakerOpen {
@@ -185,7 +185,7 @@ func (b *backend) failed(ns int64, err error, o *redisSettings) {
 	}
 	if !podFault(err) {
 		atomic.AddInt64(&b.failures, 1)
-		if b.breaker.failure(ns, o.breakerThreshold, o.probeNS) {
+		if b.breaker.failure(ns, o.BreakerThreshold, o.ProbeNS) {
 			b.rc.SuspectAll() // every node's connections prove themselves again
 			b.startProber()
 		}
@@ -204,14 +204,14 @@ func (b *backend) dialFailed(err error) {
 	atomic.AddInt64(&b.failures, 1)
 	atomic.AddInt64(&b.metrics.Errors[redis.KindDial], 1)
 	b.logFailure(ns, err, &set)
-	if b.base.mode != redis.Standalone {
+	if b.base.Mode != redis.Standalone {
 		// A node that failed over: the checks waiting for this dial learn
 		// the topology and go to its heir (topologyCheck); they count
 		// against the breaker only if they fail there too.
 		b.rc.Refresh()
 		return
 	}
-	if b.breaker.failure(ns, set.breakerThreshold, set.probeNS) {
+	if b.breaker.failure(ns, set.BreakerThreshold, set.ProbeNS) {
 		b.rc.SuspectAll()
 		b.startProber()
 	}
@@ -229,15 +229,15 @@ func (b *backend) used() int64 {
 }
 
 // latest returns the latest New's settings.
-func (b *backend) latest() redisSettings {
+func (b *backend) latest() RedisSettings {
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
 	return b.set
 }
 
-func (b *backend) logFailure(now int64, err error, o *redisSettings) {
+func (b *backend) logFailure(now int64, err error, o *RedisSettings) {
 	last := atomic.LoadInt64(&b.lastLog)
-	if last != 0 && now-last < o.probeNS || !atomic.CompareAndSwapInt64(&b.lastLog, last, now) {
+	if last != 0 && now-last < o.ProbeNS || !atomic.CompareAndSwapInt64(&b.lastLog, last, now) {
 		return
 	}
 	state := "closed"
@@ -284,10 +284,10 @@ func (b *backend) probeLoop() {
 			time.Sleep(time.Duration(next - ns))
 			continue
 		}
-		if !b.breaker.allow(ns, set.probeNS) {
+		if !b.breaker.allow(ns, set.ProbeNS) {
 			continue // a check took this probe
 		}
-		if err := b.rc.Probe(set.timeout); err != nil { // a PING on a fresh connection to every node
+		if err := b.rc.Probe(set.Timeout); err != nil { // a PING on a fresh connection to every node
 			b.logFailure(b.now(), fmt.Errorf("probing: %w", err), &set)
 			continue
 		}
@@ -353,12 +353,12 @@ func (b *backend) heartbeatFor(class string, now int64) *heartbeat {
 // just did, and starts the backend's heartbeat goroutine unless it runs:
 // one goroutine per Redis sends every class asked for in one batch, so
 // many classes cost one connection and one round trip or two.
-func (b *backend) beat(hb *heartbeat, ns int64, o *redisSettings) {
+func (b *backend) beat(hb *heartbeat, ns int64, o *RedisSettings) {
 	last := atomic.LoadInt64(&hb.last)
-	if ns-last < o.heartbeatNS || !atomic.CompareAndSwapInt64(&hb.last, last, ns) {
+	if ns-last < o.HeartbeatNS || !atomic.CompareAndSwapInt64(&hb.last, last, ns) {
 		return
 	}
-	atomic.StoreInt64(&hb.ttlMS, 3*o.heartbeatNS/int64(time.Millisecond))
+	atomic.StoreInt64(&hb.ttlMS, 3*o.HeartbeatNS/int64(time.Millisecond))
 	atomic.StoreInt32(&hb.due, 1)
 	if atomic.CompareAndSwapInt32(&b.beating, 0, 1) {
 		go b.beatLoop()

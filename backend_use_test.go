@@ -26,7 +26,7 @@ func TestExchangeKeepsBackendsInUse(t *testing.T) {
 	var pb *backend
 	shared.mu.Lock()
 	for _, b := range shared.backends {
-		if b.base.addr == peer {
+		if b.base.Addr == peer {
 			pb = b
 		}
 	}
@@ -63,8 +63,8 @@ func TestExchangeKeepsBackendsInUse(t *testing.T) {
 // The sentinel watcher runs while checks come: a check the open breaker
 // skips is one (the watcher's idle clock, the client's LastUsed, moves).
 func TestSkippedCheckKeepsSentinelWatcher(t *testing.T) {
-	set := redisSettings{mode: redis.Sentinel, endpoints: []string{"127.0.0.1:" + redistest.FreePort(t)}, masterName: "m",
-		timeout: 5 * time.Millisecond, poolSize: 1, probeNS: int64(time.Hour)}
+	set := RedisSettings{Mode: redis.Sentinel, Endpoints: []string{"127.0.0.1:" + redistest.FreePort(t)}, MasterName: "m",
+		Timeout: 5 * time.Millisecond, PoolSize: 1, ProbeNS: int64(time.Hour)}
 	b := &backend{base: set, breaker: &breaker{}, now: clock.Mono, set: set, lastUsed: clock.Mono()}
 	if err := connect(b, set); err != nil {
 		t.Fatal(err)
@@ -73,7 +73,7 @@ func TestSkippedCheckKeepsSentinelWatcher(t *testing.T) {
 	atomic.StoreInt32(&b.probing, 1)                                       // as if the prober ran
 	before := b.rc.LastUsed()
 	time.Sleep(2 * time.Millisecond)
-	cmd := newCommand([]*policy{{shard: limit{interval: 1, burst: 1, cost: 1}}}, 14)
+	cmd := newCommand([]*Policy{{Shard: Limit{Interval: 1, Burst: 1, Cost: 1}}}, 14)
 	if err := redisCheck(b, cmd, "tg{0123456789}", make([]int64, 4), &set, nil); err != errBreakerOpen {
 		t.Fatalf("check: %v, want the breaker open", err)
 	}

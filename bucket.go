@@ -38,11 +38,11 @@ import (
 // script subtracts the same origin (in seconds) from TIME.
 const epochUS = 1700000000 * 1000000
 
-// limit is one compiled bucket shape. All fields are in µs or tokens.
-type limit struct {
-	interval float64 // µs per token (period/average)
-	burst    float64 // tokens the bucket holds when full
-	cost     float64 // tokens one request takes
+// Limit is one compiled bucket shape. All fields are in µs or tokens.
+type Limit struct {
+	Interval float64 // µs per token (period/average)
+	Burst    float64 // tokens the bucket holds when full
+	Cost     float64 // tokens one request takes
 }
 
 // A decision is kept flat, in the layout of the script's reply, so the
@@ -61,11 +61,11 @@ func decisionLen(buckets int) int { return 1 + 3*buckets }
 // nothing is charged (a TAT clamped because the clock ran backwards is still
 // stored clamped). d receives the decision. It is the Go twin of
 // bucketScript, statement for statement, and must stay in step with it.
-func takeAll(lims []limit, tats []float64, now float64, d []int64) bool {
+func takeAll(lims []Limit, tats []float64, now float64, d []int64) bool {
 	ok := true
 	for i := range lims {
 		l := &lims[i]
-		capacity := l.interval * l.burst
+		capacity := l.Interval * l.Burst
 		tat := tats[i]
 		if tat < now {
 			tat = now
@@ -73,7 +73,7 @@ func takeAll(lims []limit, tats []float64, now float64, d []int64) bool {
 			tat = now + capacity
 			tats[i] = tat // persist the clamp
 		}
-		if tat+l.interval*l.cost-now > capacity+1+l.burst/64 {
+		if tat+l.Interval*l.Cost-now > capacity+1+l.Burst/64 {
 			ok = false
 		}
 	}
@@ -83,22 +83,22 @@ func takeAll(lims []limit, tats []float64, now float64, d []int64) bool {
 	}
 	for i := range lims {
 		l := &lims[i]
-		capacity, slack := l.interval*l.burst, 1+l.burst/64
+		capacity, slack := l.Interval*l.Burst, 1+l.Burst/64
 		tat := tats[i]
 		if tat < now {
 			tat = now
 		}
 		if ok {
-			tat += l.interval * l.cost
+			tat += l.Interval * l.Cost
 			tats[i] = tat
 		}
-		r := math.Floor((now + capacity - tat + slack) / l.interval)
+		r := math.Floor((now + capacity - tat + slack) / l.Interval)
 		if r < 0 {
 			r = 0
-		} else if r > l.burst {
-			r = l.burst
+		} else if r > l.Burst {
+			r = l.Burst
 		}
-		w := tat + l.interval*l.cost - now - capacity
+		w := tat + l.Interval*l.Cost - now - capacity
 		if w <= slack {
 			w = 0
 		}

@@ -37,13 +37,13 @@ func TestRefillBound(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			cfg := CreateConfig()
 			cfg.Average, cfg.Period, cfg.Burst = tc.average, tc.period, tc.burst
-			_, err := compile(cfg, "api@file")
+			_, err := Compile(cfg, "api@file")
 			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
 				t.Fatalf("compile: %v, want %q", err, tc.err)
 			}
 			cfg = CreateConfig()
 			cfg.Rules = []Rule{{Name: "r", Average: tc.average, Period: tc.period, Burst: tc.burst}}
-			_, err = compile(cfg, "api@file")
+			_, err = Compile(cfg, "api@file")
 			if tc.err != "" && (err == nil || !strings.HasPrefix(err.Error(), "rules[0].burst: ")) {
 				t.Fatalf("a rule: %v, want rules[0].burst refused", err)
 			}
@@ -97,7 +97,7 @@ func TestRegionShareOfLongBucketOnRedis(t *testing.T) {
 	}
 	// The twin, at the share the script charges.
 	sh := 124.0 / ppm
-	lims := []limit{{interval: interval / sh, burst: 1, cost: 1}}
+	lims := []Limit{{Interval: interval / sh, Burst: 1, Cost: 1}}
 	tats := []float64{0}
 	d := make([]int64, decisionLen(1))
 	max := strconv.FormatInt(maxWaitMS, 10)

@@ -15,13 +15,13 @@ type step struct {
 	fullMS    int64
 }
 
-func walk(t *testing.T, l limit, steps []step) {
+func walk(t *testing.T, l Limit, steps []step) {
 	t.Helper()
 	const t0 = 1e12 // µs since epochUS, an arbitrary instant
 	tats := []float64{0}
 	d := make([]int64, decisionLen(1))
 	for i, s := range steps {
-		ok := takeAll([]limit{l}, tats, t0+s.at*1e6, d)
+		ok := takeAll([]Limit{l}, tats, t0+s.at*1e6, d)
 		if ok != s.ok || (d[0] == 1) != ok {
 			t.Fatalf("step %d (t=%gs): allowed = %t (d[0] = %d), want %t", i, s.at, ok, d[0], s.ok)
 		}
@@ -34,10 +34,10 @@ func walk(t *testing.T, l limit, steps []step) {
 
 func TestBucketSteps(t *testing.T) {
 	// 1 token per second (interval 1e6 µs).
-	perSecond := func(burst, cost float64) limit { return limit{interval: 1e6, burst: burst, cost: cost} }
+	perSecond := func(burst, cost float64) Limit { return Limit{Interval: 1e6, Burst: burst, Cost: cost} }
 	for _, tc := range []struct {
 		desc  string
-		lim   limit
+		lim   Limit
 		steps []step
 	}{
 		{
@@ -96,7 +96,7 @@ func TestBucketSteps(t *testing.T) {
 		},
 		{
 			desc: "a fractional interval (100 per minute) admits exactly burst at once",
-			lim:  limit{interval: 60e6 / 100, burst: 20, cost: 1},
+			lim:  Limit{Interval: 60e6 / 100, Burst: 20, Cost: 1},
 			steps: func() []step {
 				var s []step
 				for i := int64(0); i < 20; i++ {
@@ -111,7 +111,7 @@ func TestBucketSteps(t *testing.T) {
 		},
 		{
 			desc: "a third of a second per token accumulates no rounding error",
-			lim:  limit{interval: 1e6 / 3, burst: 3, cost: 1},
+			lim:  Limit{Interval: 1e6 / 3, Burst: 3, Cost: 1},
 			steps: []step{
 				{at: 0, ok: true, remaining: 2, fullMS: 334},
 				{at: 0, ok: true, remaining: 1, fullMS: 667},
@@ -125,9 +125,9 @@ func TestBucketSteps(t *testing.T) {
 }
 
 func TestTakeAllIsAllOrNothing(t *testing.T) {
-	wide := limit{interval: 1e6, burst: 10, cost: 1}
-	narrow := limit{interval: 1e6, burst: 1, cost: 1}
-	lims := []limit{wide, narrow}
+	wide := Limit{Interval: 1e6, Burst: 10, Cost: 1}
+	narrow := Limit{Interval: 1e6, Burst: 1, Cost: 1}
+	lims := []Limit{wide, narrow}
 	tats := []float64{0, 0}
 	d := make([]int64, decisionLen(2))
 	if !takeAll(lims, tats, 1e12, d) {

@@ -34,15 +34,15 @@ import (
 // without a rate, failClosed and shadow given), named field in errors:
 // its name (default: ownerName for a cap alone, else ownerName +
 // "-concurrency") may not be one of names.
-func compileConcurrency(field string, c *Concurrency, owner *policy, class, ownerName, suffix string, failClosed, shadow bool, names map[string]bool) (*policy, error) {
+func compileConcurrency(field string, c *Concurrency, owner *Policy, class, ownerName, suffix string, failClosed, shadow bool, names map[string]bool) (*Policy, error) {
 	if c.Max <= 0 || c.Max > maxConcurrency {
 		return nil, fmt.Errorf("%s.max: %d must be from 1 to %d", field, c.Max, maxConcurrency)
 	}
-	shape := &concShape{max: c.Max, durUS: int64(defaultMaxDuration / time.Microsecond)}
+	shape := &CapShape{Max: c.Max, DurUS: int64(defaultMaxDuration / time.Microsecond)}
 	switch strings.ToLower(strings.TrimSpace(c.Key)) {
 	case "", "client":
 	case "class":
-		shape.class = keyPrefix + "c:" + class + "}"
+		shape.Class = keyPrefix + "c:" + class + "}"
 	default:
 		return nil, fmt.Errorf("%s.key: %q is not client or class", field, c.Key)
 	}
@@ -54,7 +54,7 @@ func compileConcurrency(field string, c *Concurrency, owner *policy, class, owne
 		if d > maxHoldDuration || d < time.Millisecond {
 			return nil, fmt.Errorf("%s.maxDuration: %q must be from 1ms to %s", field, c.MaxDuration, maxHoldDuration)
 		}
-		shape.durUS = int64(d / time.Microsecond)
+		shape.DurUS = int64(d / time.Microsecond)
 	}
 	name := c.Name
 	if name == "" {
@@ -63,28 +63,28 @@ func compileConcurrency(field string, c *Concurrency, owner *policy, class, owne
 			name += "-concurrency"
 		}
 	}
-	if err := checkName(field+".name", name); err != nil {
+	if err := CheckName(field+".name", name); err != nil {
 		return nil, err
 	}
-	if names[name] && (owner != nil || name != class) || owner != nil && owner.name == name { // a cap alone may take the class's name
+	if names[name] && (owner != nil || name != class) || owner != nil && owner.Name == name { // a cap alone may take the class's name
 		return nil, fmt.Errorf("%s.name: %q is used twice (caps, quotas, plans, rules and the class share one namespace)", field, name)
 	}
-	var source *sourceCriterion
+	var source *Source
 	if owner != nil {
-		failClosed, shadow, source = owner.failClosed, owner.shadow, owner.source
+		failClosed, shadow, source = owner.FailClosed, owner.Shadow, owner.Source
 	}
-	p := &policy{
-		name:       name,
-		keySuffix:  suffix + "}c",
-		lim:        limit{interval: 1e-3, burst: float64(c.Max), cost: 1},
-		average:    c.Max,
-		periodSecs: 1,
-		failClosed: failClosed,
-		shadow:     shadow,
-		source:     source,
-		conc:       shape,
+	p := &Policy{
+		Name:       name,
+		KeySuffix:  suffix + "}c",
+		Lim:        Limit{Interval: 1e-3, Burst: float64(c.Max), Cost: 1},
+		Average:    c.Max,
+		PeriodSecs: 1,
+		FailClosed: failClosed,
+		Shadow:     shadow,
+		Source:     source,
+		Cap:       shape,
 	}
-	p.shard = p.lim
+	p.Shard = p.Lim
 	return p, nil
 }
 
@@ -94,17 +94,17 @@ func compileConcurrency(field string, c *Concurrency, owner *policy, class, owne
 // taking a name of taken (the class, the policies so far; a plan's may
 // repeat another plan's, never in one set). It returns the top level's
 // cap and the plans' and rules' by index (nil: none).
-func compileCaps(cfg *Config, class string, top *policy, plans, rules []*policy, planQuotas [][]*policy, taken map[string]bool, topClosed bool) (*policy, []*policy, []*policy, error) {
-	var topCap *policy
+func compileCaps(cfg *Config, class string, top *Policy, plans, rules []*Policy, planQuotas [][]*Policy, taken map[string]bool, topClosed bool) (*Policy, []*Policy, []*Policy, error) {
+	var topCap *Policy
 	if c := cfg.Concurrency; c != nil {
 		p, err := compileConcurrency("concurrency", c, top, class, class, "", topClosed, cfg.Shadow, taken)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		taken[p.name] = true
+		taken[p.Name] = true
 		topCap = p
 	}
-	planCaps := make([]*policy, len(plans))
+	planCaps := make([]*Policy, len(plans))
 	for i, pl := range cfg.Plans {
 		field, c := fmt.Sprintf("plans[%d].concurrency", i), pl.Concurrency
 		if c == nil {
@@ -123,17 +123,17 @@ func compileCaps(cfg *Config, class string, top *policy, plans, rules []*policy,
 		}
 		if i < len(planQuotas) {
 			for _, q := range planQuotas[i] {
-				own[q.name] = true
+				own[q.Name] = true
 			}
 		}
-		suffix := owner.keySuffix
+		suffix := owner.KeySuffix
 		if pl.Concurrency == nil && topCap != nil {
 			inherited := *c
-			inherited.Name = topCap.name
+			inherited.Name = topCap.Name
 			c, suffix = &inherited, ""
-			delete(own, topCap.name)
+			delete(own, topCap.Name)
 		}
-		p, err := compileConcurrency(field, c, owner, class, owner.name, suffix, false, false, own)
+		p, err := compileConcurrency(field, c, owner, class, owner.Name, suffix, false, false, own)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -141,20 +141,20 @@ func compileCaps(cfg *Config, class string, top *policy, plans, rules []*policy,
 	}
 	for _, p := range planCaps { // a rule's cap may share a set with a plan's
 		if p != nil {
-			taken[p.name] = true
+			taken[p.Name] = true
 		}
 	}
-	ruleCaps := make([]*policy, len(rules))
+	ruleCaps := make([]*Policy, len(rules))
 	for i, r := range rules {
 		c := cfg.Rules[i].Concurrency
 		if c == nil {
 			continue
 		}
-		p, err := compileConcurrency(fmt.Sprintf("rules[%d].concurrency", i), c, r, class, r.name, r.keySuffix, false, false, taken)
+		p, err := compileConcurrency(fmt.Sprintf("rules[%d].concurrency", i), c, r, class, r.Name, r.KeySuffix, false, false, taken)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		taken[p.name] = true
+		taken[p.Name] = true
 		ruleCaps[i] = p
 	}
 	return topCap, planCaps, ruleCaps, nil
@@ -164,19 +164,19 @@ func compileCaps(cfg *Config, class string, top *policy, plans, rules []*policy,
 // take in one script: a class's (its key is in another slot than its
 // clients') and any beside rules keyed their own way (ownKeys: charged
 // group by group).
-func checkCaps(ps []*policy, cluster, ownKeys bool) error {
+func checkCaps(ps []*Policy, cluster, ownKeys bool) error {
 	if !cluster {
 		return nil
 	}
 	for _, p := range ps {
-		if p.conc == nil {
+		if p.Cap == nil {
 			continue
 		}
-		if p.conc.class != "" {
-			return fmt.Errorf("concurrency (%s): key class is not for a Redis Cluster (the class's slots and its clients' buckets live in different slots): use key client, or a standalone or Sentinel Redis", p.name)
+		if p.Cap.Class != "" {
+			return fmt.Errorf("concurrency (%s): key class is not for a Redis Cluster (the class's slots and its clients' buckets live in different slots): use key client, or a standalone or Sentinel Redis", p.Name)
 		}
 		if ownKeys {
-			return fmt.Errorf("concurrency (%s): not beside rules keyed their own way in a Redis Cluster (their buckets are charged in calls of their own)", p.name)
+			return fmt.Errorf("concurrency (%s): not beside rules keyed their own way in a Redis Cluster (their buckets are charged in calls of their own)", p.Name)
 		}
 	}
 	return nil

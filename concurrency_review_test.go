@@ -83,7 +83,7 @@ func TestReviewConcExactFarAboveThePool(t *testing.T) {
 			if left := capKeys(t, addr); len(left) != 0 {
 				t.Errorf("slots held after every request ended: %v", left)
 			}
-			if m := h.set.topQuotas[0].m; atomic.LoadInt64(&m.InFlight) != 0 {
+			if m := h.set.TopQuotas[0].Metrics; atomic.LoadInt64(&m.InFlight) != 0 {
 				t.Errorf("in-flight gauge %d after the requests ended", atomic.LoadInt64(&m.InFlight))
 			}
 		})
@@ -139,7 +139,7 @@ func TestReviewConcTombstoneKeyOfAnotherType(t *testing.T) {
 	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), Concurrency{Max: 1, Key: "class"}, nil)
 	set := h.top
 	keys := heldKeys(h, set, httptest.NewRequest("GET", "/", nil), "unused")
-	zkey := keys[0] + set.ps[0].keySuffix
+	zkey := keys[0] + set.ps[0].KeySuffix
 	redistest.Do(t, addr, "SET", zkey+"}r", "garbage")
 	member := newMember()
 	returnSlots(h, set, heldCall(set, keys, member))
@@ -287,9 +287,9 @@ func TestReviewConcNoSlotOutlivesItsRequest(t *testing.T) {
 			if left := capKeys(t, addr); len(left) != 0 {
 				t.Errorf("slots held after every request ended: %v", left)
 			}
-			for _, p := range h.set.policies() {
-				if p.conc != nil && atomic.LoadInt64(&p.m.InFlight) != 0 {
-					t.Errorf("%s: in-flight gauge %d after the requests ended", p.name, atomic.LoadInt64(&p.m.InFlight))
+			for _, p := range h.set.Policies() {
+				if p.Cap != nil && atomic.LoadInt64(&p.Metrics.InFlight) != 0 {
+					t.Errorf("%s: in-flight gauge %d after the requests ended", p.Name, atomic.LoadInt64(&p.Metrics.InFlight))
 				}
 			}
 		})
@@ -324,9 +324,9 @@ func TestReviewConcPausedRedisHoldsNoGhostSlots(t *testing.T) {
 		}
 	}
 	settle(t, h)
-	zkey := keyPrefix + "c:" + h.set.class + "}}c"
+	zkey := keyPrefix + "c:" + h.set.Class + "}}c"
 	redistest.WaitFor(t, func() bool { return slots(t, addr, zkey) == "0" }, "no slot held")
-	if n := atomic.LoadInt64(&h.set.topQuotas[0].m.HeldLost); n != 0 {
+	if n := atomic.LoadInt64(&h.set.TopQuotas[0].Metrics.HeldLost); n != 0 {
 		t.Errorf("%d give-backs lost", n)
 	}
 	if n := localHeld(h); n != 0 {
@@ -341,7 +341,7 @@ func TestReviewConcSlotKeyOfAnotherType(t *testing.T) {
 	for _, typ := range [][]string{{"SET", "x"}, {"HSET", "f", "v"}, {"RPUSH", "x"}} {
 		g := newGate()
 		h := capHandler(t, addr, g, Concurrency{Max: 2, Key: "class"}, nil)
-		zkey := keyPrefix + "c:" + h.set.class + "}}c"
+		zkey := keyPrefix + "c:" + h.set.Class + "}}c"
 		redistest.Do(t, addr, append([]string{typ[0], zkey}, typ[1:]...)...)
 		recs, done := burst(h, g, 5, func(i int) string { return fmt.Sprint("c", i) })
 		waitArrived(t, g, 2)

@@ -118,7 +118,7 @@ func TestConcurrencyClassCapHoldsAndFrees(t *testing.T) {
 	if n := atomic.LoadInt64(&g.in); n != 3 {
 		t.Fatalf("%d requests in the backend, want 3 (the cap)", n)
 	}
-	zkey := keyPrefix + "c:" + h.set.class + "}}c"
+	zkey := keyPrefix + "c:" + h.set.Class + "}}c"
 	if n := slots(t, addr, zkey); n != "3" {
 		t.Fatalf("%s holds %s slots, want 3", zkey, n)
 	}
@@ -168,10 +168,10 @@ func TestConcurrencyPerClient(t *testing.T) {
 		t.Errorf("%d requests in the backend, want 2 per client", n)
 	}
 	for _, r := range recs {
-		if r.Code == http.StatusTooManyRequests && !strings.Contains(r.Header().Get("RateLimit"), `"`+h.set.class+`";r=`) {
+		if r.Code == http.StatusTooManyRequests && !strings.Contains(r.Header().Get("RateLimit"), `"`+h.set.Class+`";r=`) {
 			t.Errorf("RateLimit %q: want the rate's item beside the cap's", r.Header().Get("RateLimit"))
 		}
-		if r.Code == http.StatusTooManyRequests && !strings.HasSuffix(r.Header().Get("RateLimit-Policy"), `"`+h.set.class+`-concurrency";q=2;qu="concurrent-requests"`) {
+		if r.Code == http.StatusTooManyRequests && !strings.HasSuffix(r.Header().Get("RateLimit-Policy"), `"`+h.set.Class+`-concurrency";q=2;qu="concurrent-requests"`) {
 			t.Errorf("RateLimit-Policy %q", r.Header().Get("RateLimit-Policy"))
 		}
 	}
@@ -179,7 +179,7 @@ func TestConcurrencyPerClient(t *testing.T) {
 	done.Wait()
 	settle(t, h)
 	// A cap's refusal charged no rate: 4 admissions, 96 left.
-	if rl := serve(h, "c0").Header().Get("RateLimit"); !strings.HasPrefix(rl, `"`+h.set.class+`";r=97;`) {
+	if rl := serve(h, "c0").Header().Get("RateLimit"); !strings.HasPrefix(rl, `"`+h.set.Class+`";r=97;`) {
 		t.Errorf("RateLimit %q: want c0 charged for its 2 admissions and this one only (r=97): a cap's refusal takes no token", rl)
 	}
 }
@@ -194,7 +194,7 @@ func TestConcurrencySlotBackAfterPanic(t *testing.T) {
 	close(g.open)
 	done.Wait()
 	settle(t, h)
-	if n := slots(t, addr, keyPrefix+"c:"+h.set.class+"}}c"); n != "0" {
+	if n := slots(t, addr, keyPrefix+"c:"+h.set.Class+"}}c"); n != "0" {
 		t.Fatalf("%s slots held after next panicked, want 0", n)
 	}
 }
@@ -254,7 +254,7 @@ func TestConcurrencyGiveBackBeforeTheTakeLeavesATombstone(t *testing.T) {
 	if err := h.be.rc.Check(set.cmd, heldCall(set, keys, member), d, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	zkey := keys[0] + set.ps[0].keySuffix
+	zkey := keys[0] + set.ps[0].KeySuffix
 	if n := slots(t, addr, zkey); n != "0" {
 		t.Fatalf("the late take holds %s slots, want 0 (its give-back came first)", n)
 	}
@@ -333,7 +333,7 @@ func TestConcurrencySlotsFurtherThanAnyHoldAreSwept(t *testing.T) {
 	addr := redistest.Start(t)
 	noop := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {})
 	h := capHandler(t, addr, noop, Concurrency{Max: 1, Key: "class", MaxDuration: "1s"}, nil)
-	zkey := keyPrefix + "c:" + h.set.class + "}}c"
+	zkey := keyPrefix + "c:" + h.set.Class + "}}c"
 	now := int64(redisNowUS(t, addr))
 	for _, tc := range []struct {
 		desc  string

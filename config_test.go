@@ -45,21 +45,21 @@ func TestParseDuration(t *testing.T) {
 }
 
 func TestCompileDefaults(t *testing.T) {
-	if _, err := compile(CreateConfig(), "api@file"); err == nil || !strings.Contains(err.Error(), "no limit") {
+	if _, err := Compile(CreateConfig(), "api@file"); err == nil || !strings.Contains(err.Error(), "no limit") {
 		t.Fatalf("compile(defaults) error = %v, want one saying there is no limit", err)
 	}
 	cfg := CreateConfig()
 	cfg.Average = 10
-	s, err := compile(cfg, "api@file")
+	s, err := Compile(cfg, "api@file")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.top == nil || s.top.lim.burst != 1 || s.class != "api@file" || s.headers != headersIETF {
+	if s.Top == nil || s.Top.Lim.Burst != 1 || s.Class != "api@file" || s.Headers != headersIETF {
 		t.Fatalf("defaults: %+v, want burst 1, class from the name, ietf headers", s)
 	}
-	if s.redis.addr != "127.0.0.1:6379" || s.redis.timeout != 5*time.Millisecond || s.redis.poolSize != 64 ||
-		s.redis.breakerThreshold != 3 || s.redis.probeInterval != 3*time.Second {
-		t.Fatalf("redis defaults: %+v", s.redis)
+	if s.Redis.Addr != "127.0.0.1:6379" || s.Redis.Timeout != 5*time.Millisecond || s.Redis.PoolSize != 64 ||
+		s.Redis.BreakerThreshold != 3 || s.Redis.ProbeInterval != 3*time.Second {
+		t.Fatalf("redis defaults: %+v", s.Redis)
 	}
 }
 
@@ -83,7 +83,7 @@ func TestCompileLocalShare(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			cfg := CreateConfig()
 			cfg.Average, cfg.Period, cfg.Burst, cfg.Replicas = tc.average, "1m", tc.burst, tc.replicas
-			s, err := compile(cfg, "api")
+			s, err := Compile(cfg, "api")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,9 +97,9 @@ func TestCompileLocalShare(t *testing.T) {
 			if tc.watched {
 				now = int64(16 * time.Second)
 			}
-			l := s.top.localShare(replicasSeen(hb, s.replicas, now))
-			if l.burst != tc.wantLocalBurst || math.Abs(l.interval/1e6-tc.wantLocalIntervalSeconds) > 1e-9 {
-				t.Fatalf("local share: burst %v, %v s per token; want %v, %v", l.burst, l.interval/1e6, tc.wantLocalBurst, tc.wantLocalIntervalSeconds)
+			l := s.Top.localShare(replicasSeen(hb, s.Replicas, now))
+			if l.Burst != tc.wantLocalBurst || math.Abs(l.Interval/1e6-tc.wantLocalIntervalSeconds) > 1e-9 {
+				t.Fatalf("local share: burst %v, %v s per token; want %v, %v", l.Burst, l.Interval/1e6, tc.wantLocalBurst, tc.wantLocalIntervalSeconds)
 			}
 		})
 	}
@@ -109,13 +109,13 @@ func TestRulesInheritFromTheTopLevel(t *testing.T) {
 	cfg := CreateConfig()
 	cfg.Average, cfg.Period, cfg.Cost, cfg.Burst, cfg.FailureMode = 100, "1m", 2, 10, "closed"
 	cfg.Rules = []Rule{{Name: "search", Average: 10, Burst: 4, Methods: []string{"get", " post "}}}
-	s, err := compile(cfg, "api")
+	s, err := Compile(cfg, "api")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := s.rules[0]
-	if r.lim.cost != 2 || r.periodSecs != 60 || !r.failClosed || r.keySuffix != ":search" ||
-		strings.Join(r.methods, ",") != "GET,POST,HEAD" {
+	r := s.Rules[0]
+	if r.Lim.Cost != 2 || r.PeriodSecs != 60 || !r.FailClosed || r.KeySuffix != ":search" ||
+		strings.Join(r.Methods, ",") != "GET,POST,HEAD" {
 		t.Fatalf("rule: %+v, want cost 2, period 60s, fail closed, methods GET,POST,HEAD (a GET rule covers HEAD)", r)
 	}
 }
@@ -134,7 +134,7 @@ func TestSanitizeName(t *testing.T) {
 func TestPathPrefixMatching(t *testing.T) {
 	cfg := CreateConfig()
 	cfg.Rules = []Rule{{Name: "login", PathPrefix: "/login", Average: 1}}
-	s, err := compile(cfg, "api@file")
+	s, err := Compile(cfg, "api@file")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestPathPrefixMatching(t *testing.T) {
 		{"/LOGIN", false},
 		{"/api/login", false},
 	} {
-		if got := s.rules[0].matches(httptest.NewRequest("POST", tc.target, nil)); got != tc.want {
+		if got := s.Rules[0].matches(httptest.NewRequest("POST", tc.target, nil)); got != tc.want {
 			t.Errorf("%s: matched %t, want %t", tc.target, got, tc.want)
 		}
 	}
@@ -164,14 +164,14 @@ func TestEndpointsArePrintable(t *testing.T) {
 		cfg := CreateConfig()
 		cfg.Average = 10
 		cfg.Redis.Endpoints = []string{e}
-		if _, err := compile(cfg, "api"); err == nil || !strings.Contains(err.Error(), "redis.endpoints[0]") {
+		if _, err := Compile(cfg, "api"); err == nil || !strings.Contains(err.Error(), "redis.endpoints[0]") {
 			t.Errorf("endpoint %q: %v, want refused", e, err)
 		}
 	}
 	cfg := CreateConfig()
 	cfg.Average = 10
 	cfg.Redis.Endpoints = []string{"redis-0.redis.svc:6379"}
-	if _, err := compile(cfg, "api"); err != nil {
+	if _, err := Compile(cfg, "api"); err != nil {
 		t.Errorf("a plain endpoint refused: %v", err)
 	}
 }

@@ -31,35 +31,35 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
-// costShape is a compiled ResponseCost: the header (canonical) and the
+// CostShape is a compiled ResponseCost: the header (canonical) and the
 // largest cost it may name.
-type costShape struct {
-	header string
-	max    int64
+type CostShape struct {
+	Header string
+	Max    int64
 }
 
 // maxResponseCost bounds ResponseCost.Max.
 const maxResponseCost = 1000000000000
 
 // compileResponseCost validates rc (field names it); nil: none.
-func compileResponseCost(field string, rc *ResponseCost) (*costShape, error) {
+func compileResponseCost(field string, rc *ResponseCost) (*CostShape, error) {
 	if rc == nil || strings.TrimSpace(rc.Header) == "" && rc.Max == 0 {
 		return nil, nil
 	}
 	h := strings.TrimSpace(rc.Header)
-	if !validHeaderName(h) {
+	if !ValidHeaderName(h) {
 		return nil, fmt.Errorf("%s.header: %q is not a header name", field, rc.Header)
 	}
 	if rc.Max <= 0 || rc.Max > maxResponseCost {
 		return nil, fmt.Errorf("%s.max: %d must be from 1 to %d", field, rc.Max, int64(maxResponseCost))
 	}
-	return &costShape{header: http.CanonicalHeaderKey(h), max: rc.Max}, nil
+	return &CostShape{Header: http.CanonicalHeaderKey(h), Max: rc.Max}, nil
 }
 
 // responseCost reads shape's header in h: the cost it names, and whether
 // it names one well (absent: 0, true).
-func responseCost(h http.Header, shape *costShape) (int64, bool) {
-	v := h[shape.header]
+func responseCost(h http.Header, shape *CostShape) (int64, bool) {
+	v := h[shape.Header]
 	if len(v) == 0 {
 		return 0, true
 	}
@@ -67,7 +67,7 @@ func responseCost(h http.Header, shape *costShape) (int64, bool) {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(v[0], 10, 64)
-	if err != nil || n < 0 || n > shape.max || v[0][0] == '+' {
+	if err != nil || n < 0 || n > shape.Max || v[0][0] == '+' {
 		return 0, false
 	}
 	return n, true
@@ -380,17 +380,17 @@ return redis.status_reply('1')
 // compileResponseCosts compiles the response costs of the top level, the
 // plans (unset: the top level's) and the rules onto their policies and
 // those policies' quotas.
-func compileResponseCosts(cfg *Config, s *settings) error {
+func compileResponseCosts(cfg *Config, s *Settings) error {
 	top, err := compileResponseCost("responseCost", cfg.ResponseCost)
 	if err != nil {
 		return err
 	}
-	set := func(shape *costShape, ps []*policy) {
+	set := func(shape *CostShape, ps []*Policy) {
 		for _, p := range ps {
-			p.respCost = shape
+			p.RespCost = shape
 		}
 	}
-	set(top, s.topPolicies())
+	set(top, s.TopPolicies())
 	for i, pl := range cfg.Plans {
 		shape := top
 		if pl.ResponseCost != nil {
@@ -398,8 +398,8 @@ func compileResponseCosts(cfg *Config, s *settings) error {
 				return err
 			}
 		}
-		if p := s.plans[i]; p != nil {
-			set(shape, s.withQuotas(p, s.planQuotas, i))
+		if p := s.Plans[i]; p != nil {
+			set(shape, s.WithQuotas(p, s.PlanQuotas, i))
 		}
 	}
 	for i, r := range cfg.Rules {
@@ -407,18 +407,18 @@ func compileResponseCosts(cfg *Config, s *settings) error {
 		if err != nil {
 			return err
 		}
-		set(shape, s.withQuotas(s.rules[i], s.ruleQuotas, i))
+		set(shape, s.WithQuotas(s.Rules[i], s.RuleQuotas, i))
 	}
-	if s.costed() && (s.shards > 1 || cfg.Region != nil) {
+	if s.Costed() && (s.Shards > 1 || cfg.Region != nil) {
 		return fmt.Errorf("responseCost: not with shards or regions (a response's charge goes to the client's whole bucket in one Redis)")
 	}
 	return nil
 }
 
-// costed reports whether some policy of s reads a response cost.
-func (s *settings) costed() bool {
-	for _, p := range s.policies() {
-		if p.respCost != nil {
+// Costed reports whether some policy of s reads a response cost.
+func (s *Settings) Costed() bool {
+	for _, p := range s.Policies() {
+		if p.RespCost != nil {
 			return true
 		}
 	}
@@ -432,12 +432,12 @@ func returnSlots(t *Tollgate, set *policySet, call string) {
 	var dur int64 // the longest maxDuration of set's caps, µs: past it no slot of the call is held
 	var held *metrics.Policy
 	for _, p := range set.ps {
-		if p.conc != nil {
+		if p.Cap != nil {
 			if held == nil {
-				held = p.m
+				held = p.Metrics
 			}
-			if p.conc.durUS > dur {
-				dur = p.conc.durUS
+			if p.Cap.DurUS > dur {
+				dur = p.Cap.DurUS
 			}
 		}
 	}

@@ -56,7 +56,7 @@ func TestResponseCostOfConcurrentRequestsIsKeptWhole(t *testing.T) {
 	if ra, _ := strconv.Atoi(rec.Header().Get("Retry-After")); ra < 48 || ra > 50 {
 		t.Errorf("Retry-After %q, want 49 s: the whole debt of 4,900 tokens", rec.Header().Get("Retry-After"))
 	}
-	if got := atomic.LoadInt64(&h.top.ps[0].m.CostCharged); got != 100*49 {
+	if got := atomic.LoadInt64(&h.top.ps[0].Metrics.CostCharged); got != 100*49 {
 		t.Errorf("tollgate_response_cost_tokens_total counted %d, want %d", got, 100*49)
 	}
 }

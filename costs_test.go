@@ -71,7 +71,7 @@ func TestResponseCostDrivesTheBucketIntoDebt(t *testing.T) {
 	if rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("the 4th: %d, want 429 (the bucket is in debt)", rec.Code)
 	}
-	if got := rec.Header().Get("RateLimit"); !strings.HasPrefix(got, `"`+h.set.class+`";r=0;`) {
+	if got := rec.Header().Get("RateLimit"); !strings.HasPrefix(got, `"`+h.set.Class+`";r=0;`) {
 		t.Errorf("RateLimit %q, want r=0 while in debt", got)
 	}
 	// 5 tokens of debt and 1 to take: 6 tokens at 25 a minute, 14.4 s (a
@@ -80,7 +80,7 @@ func TestResponseCostDrivesTheBucketIntoDebt(t *testing.T) {
 	if ra, _ := strconv.Atoi(rec.Header().Get("Retry-After")); ra < 14 || ra > 15 {
 		t.Errorf("Retry-After %d, want 15 (the debt repaid, then one token)", ra)
 	}
-	if n := atomic.LoadInt64(&h.top.ps[0].m.CostCharged); n != 27 {
+	if n := atomic.LoadInt64(&h.top.ps[0].Metrics.CostCharged); n != 27 {
 		t.Errorf("%d tokens charged from responses, want 27", n)
 	}
 }
@@ -96,7 +96,7 @@ func TestResponseCostHostileHeadersChangeNothing(t *testing.T) {
 		}
 	}
 	settle(t, h)
-	m := h.top.ps[0].m
+	m := h.top.ps[0].Metrics
 	if inv, ch := atomic.LoadInt64(&m.CostInvalid), atomic.LoadInt64(&m.CostCharged); inv != int64(len(values)) || ch != 0 {
 		t.Errorf("%d invalid, %d tokens charged; want %d invalid, none charged", inv, ch, len(values))
 	}
@@ -108,7 +108,7 @@ func TestResponseCostHostileHeadersChangeNothing(t *testing.T) {
 	h = costHandler(t, addr, func() []string { return []string{"1"} }, nil)
 	serve(h, "k2")
 	settle(t, h)
-	if m := h.top.ps[0].m; m.CostInvalid != 0 || m.CostCharged != 0 {
+	if m := h.top.ps[0].Metrics; m.CostInvalid != 0 || m.CostCharged != 0 {
 		t.Errorf("a response cost of 1: %d invalid, %d charged", m.CostInvalid, m.CostCharged)
 	}
 }
@@ -121,16 +121,16 @@ func TestResponseCostQueueBound(t *testing.T) {
 	q.running = true // no sender yet: the bound alone
 	q.mu.Unlock()
 	p := h.top.ps[0]
-	key := clientKey(h.set.class, "h:flood") + p.keySuffix
+	key := clientKey(h.set.Class, "h:flood") + p.KeySuffix
 	for i := 0; i < maxCharges+7; i++ {
-		q.add(&charge{keys: []string{key}, args: []string{strconv.FormatFloat(p.lim.interval, 'g', -1, 64), "25", "1"},
-			amounts: []int64{1}, ms: []*metrics.Policy{p.m}})
+		q.add(&charge{keys: []string{key}, args: []string{strconv.FormatFloat(p.Lim.Interval, 'g', -1, 64), "25", "1"},
+			amounts: []int64{1}, ms: []*metrics.Policy{p.Metrics}})
 	}
-	if d := atomic.LoadInt64(&p.m.CostDropped); d != 7 {
+	if d := atomic.LoadInt64(&p.Metrics.CostDropped); d != 7 {
 		t.Errorf("%d dropped, want the 7 past the bound (%d)", d, maxCharges)
 	}
 	q.send() // now the sender: every queued charge reaches Redis
-	if n := atomic.LoadInt64(&p.m.CostCharged); n != maxCharges {
+	if n := atomic.LoadInt64(&p.Metrics.CostCharged); n != maxCharges {
 		t.Errorf("%d charged, want all %d queued (nothing lost up to the bound)", n, maxCharges)
 	}
 	// 10,000 tokens at 25 a minute, a burst of 25: the whole debt is kept,
@@ -183,7 +183,7 @@ func TestResponseCostConfig(t *testing.T) {
 		cfg.Average, cfg.Burst = 10, 10
 		cfg.ResponseCost = &ResponseCost{Header: "X-Usage", Max: 100}
 		tc.mutate(cfg)
-		if _, err := compile(cfg, "api"); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := Compile(cfg, "api"); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error about %q", tc.desc, err, tc.want)
 		}
 	}
@@ -245,7 +245,7 @@ func TestResponseCostBatches(t *testing.T) {
 	settle(t, h)
 	calls, requests := scriptCalls(t, addr)-before, clients*each
 	t.Logf("%d requests at 64 at once: %d script calls, %.3f per request", requests, calls, float64(calls)/float64(requests))
-	if n := atomic.LoadInt64(&h.top.ps[0].m.CostCharged); n != int64(4*requests) {
+	if n := atomic.LoadInt64(&h.top.ps[0].Metrics.CostCharged); n != int64(4*requests) {
 		t.Errorf("%d tokens charged, want %d", n, 4*requests)
 	}
 	if calls > 2*requests {

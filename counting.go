@@ -23,19 +23,19 @@ func count(set *policySet, d []int64, how int) {
 	if res != metrics.Allowed {
 		return
 	}
-	var locals []limit
+	var locals []Limit
 	if how == decidedLocal {
 		set.localsMu.Lock()
 		locals = set.locals
 		set.localsMu.Unlock()
 	}
 	for i, p := range set.ps {
-		burst := p.lim.burst
+		burst := p.Lim.Burst
 		if i < len(locals) {
-			burst = locals[i].burst
+			burst = locals[i].Burst
 		}
 		if 5*d[1+3*i] < int64(burst) {
-			atomic.AddInt64(&p.m.Near, 1)
+			atomic.AddInt64(&p.Metrics.Near, 1)
 		}
 	}
 }
@@ -47,7 +47,7 @@ func counter(set *policySet, d []int64, how, res int) *int64 {
 	if len(set.ps) > 1 {
 		i = decider(set, d, how)
 	}
-	return &set.ps[i].m.N[how*metrics.NResults+res]
+	return &set.ps[i].Metrics.N[how*metrics.NResults+res]
 }
 
 // decider returns the index of the policy a request is counted under: for
@@ -60,12 +60,12 @@ func decider(set *policySet, d []int64, how int) int {
 		var better bool
 		switch {
 		case how == decidedUnavailable:
-			better = p.failClosed && (best < 0 || set.ps[best].shadow && !p.shadow)
+			better = p.FailClosed && (best < 0 || set.ps[best].Shadow && !p.Shadow)
 		case d[0] != 1:
-			better = d[2+3*i] > 0 && (best < 0 || set.ps[best].shadow && !p.shadow ||
-				set.ps[best].shadow == p.shadow && d[2+3*i] > d[2+3*best])
+			better = d[2+3*i] > 0 && (best < 0 || set.ps[best].Shadow && !p.Shadow ||
+				set.ps[best].Shadow == p.Shadow && d[2+3*i] > d[2+3*best])
 		default:
-			better = best < 0 || float64(d[1+3*i])/p.lim.burst < float64(d[1+3*best])/set.ps[best].lim.burst
+			better = best < 0 || float64(d[1+3*i])/p.Lim.Burst < float64(d[1+3*best])/set.ps[best].Lim.Burst
 		}
 		if better {
 			best = i

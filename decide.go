@@ -26,11 +26,11 @@ import (
 // unavailable and a policy fails closed, and decidedAnswered when rw (not
 // nil) has had the cached refusal's prepared answer.
 func decide(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseWriter, d []int64) int {
-	v := req.Header[t.set.source.header]
-	if !t.set.byHeader || len(v) == 0 || v[0] == "" || set.held {
+	v := req.Header[t.set.Source.Header]
+	if !t.set.ByHeader || len(v) == 0 || v[0] == "" || set.held {
 		return decideAny(t, set, req, rw, d)
 	}
-	key := hashKey(t.set.headerTag + v[0]) // clientKey(class, "h:"+v[0])
+	key := hashKey(t.set.HeaderTag + v[0]) // clientKey(class, "h:"+v[0])
 	if set.lease != nil {
 		return decideLeased(t, set, key, rw, d)
 	}
@@ -56,7 +56,7 @@ func decideKey(t *Tollgate, set *policySet, key string, r int, d []int64) int {
 	if set.quotas {
 		cmd = quotaCall(set).cmd
 	}
-	if redisCheck(t.be, cmd, key, d, &t.set.redis, t.hb) != nil {
+	if redisCheck(t.be, cmd, key, d, &t.set.Redis, t.hb) != nil {
 		return fallback(t, set, key, d)
 	}
 	if d[0] != 1 {
@@ -70,12 +70,12 @@ func decideKey(t *Tollgate, set *policySet, key string, r int, d []int64) int {
 
 // decideAny is decide for any client identity, sharded or not.
 func decideAny(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseWriter, d []int64) int {
-	key := clientKey(t.set.class, t.set.source.identity(req))
+	key := clientKey(t.set.Class, t.set.Source.identity(req))
 	if set.lease != nil { // never sharded, never keyed by rules their own way
 		return decideLeased(t, set, key, rw, d)
 	}
 	rkey := key
-	if t.set.shards > 1 {
+	if t.set.Shards > 1 {
 		rkey = t.set.shardKey(key)
 	}
 	call := rkey // the keys as the call writes them
@@ -102,7 +102,7 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseW
 	if set.held {
 		return callHeld(t, set, req, rkey, call, heldCall(set, heldKeys(t, set, req, rkey), newMember()), cmd, d)
 	}
-	if redisCheck(t.be, cmd, call, d, &t.set.redis, t.hb) != nil {
+	if redisCheck(t.be, cmd, call, d, &t.set.Redis, t.hb) != nil {
 		if set.ownKeys {
 			return fallbackOwn(t, set, req, key, d)
 		}
@@ -111,8 +111,8 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseW
 	if t.notes != nil && !set.ownKeys && (d[0] != 1 || d[1] == 0 || len(set.ps) > 1) {
 		noteRegion(t.notes, set.ps, rkey, d, false) // before scaleRemaining: a shard's own tokens
 	}
-	if t.set.shards > 1 {
-		scaleRemaining(set, d, t.set.shards)
+	if t.set.Shards > 1 {
+		scaleRemaining(set, d, t.set.Shards)
 	}
 	if d[0] != 1 {
 		set.denied.remember(call, d)
@@ -156,7 +156,7 @@ func callLeased(t *Tollgate, set *policySet, key string, d []int64) int {
 	} else if atomic.AddInt64(&seen.streak[i], 1) >= ls.hot {
 		return askLease(t, set, key, now, d)
 	}
-	if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
+	if redisCheck(t.be, set.cmd, key, d, &t.set.Redis, t.hb) != nil {
 		return fallback(t, set, key, d)
 	}
 	if d[0] != 1 {
@@ -172,7 +172,7 @@ func askLease(t *Tollgate, set *policySet, key string, now int64, d []int64) int
 	ls := set.lease
 	k := ls.tag + key
 	if !ls.table.ask(k) {
-		if redisCheck(t.be, set.cmd, key, d, &t.set.redis, t.hb) != nil {
+		if redisCheck(t.be, set.cmd, key, d, &t.set.Redis, t.hb) != nil {
 			return fallback(t, set, key, d)
 		}
 		return leaseRefused(set, key, d)
@@ -180,15 +180,15 @@ func askLease(t *Tollgate, set *policySet, key string, now int64, d []int64) int
 	sent := now
 	n := len(d)
 	ld := make([]int64, n+2)
-	err := redisCheck(t.be, ls.asking(replicasSeen(t.hb, t.set.replicas, sent)), key, ld, &t.set.redis, t.hb)
+	err := redisCheck(t.be, ls.asking(replicasSeen(t.hb, t.set.Replicas, sent)), key, ld, &t.set.Redis, t.hb)
 	granted := int64(0)
 	if err == nil {
 		copy(d, ld[:n])
-		if d[0] == 1 && ld[n] <= ls.shape.max {
+		if d[0] == 1 && ld[n] <= ls.shape.Max {
 			granted = ld[n] // more than asked is no reply of ours: none taken
 		}
 	}
-	ls.table.granted(k, ls, key, granted, sent+ls.shape.ttl, strconv.FormatInt(ld[n+1], 10), d)
+	ls.table.granted(k, ls, key, granted, sent+ls.shape.Ttl, strconv.FormatInt(ld[n+1], 10), d)
 	if err != nil {
 		return fallback(t, set, key, d)
 	}
@@ -199,7 +199,7 @@ func askLease(t *Tollgate, set *policySet, key string, now int64, d []int64) int
 		// Hot while it comes back within 4 x ttl: a lease of max spent at
 		// the pace hotGap asks for takes that long (callLeased's gap is
 		// counted from this shifted time).
-		atomic.StoreInt64(&ls.seen.at[int(key[3]&63)<<6|int(key[4]&63)], now+4*ls.shape.ttl-ls.gap)
+		atomic.StoreInt64(&ls.seen.at[int(key[3]&63)<<6|int(key[4]&63)], now+4*ls.shape.Ttl-ls.gap)
 	}
 	return leaseRefused(set, key, d)
 }
@@ -232,7 +232,7 @@ func leaseRefused(set *policySet, key string, d []int64) int {
 // every policy but a rule keyed its own way (never sharded).
 func scaleRemaining(set *policySet, d []int64, shards int64) {
 	for i, p := range set.ps {
-		if p.source == nil {
+		if p.Source == nil {
 			d[1+3*i] *= shards
 		}
 	}
@@ -279,7 +279,7 @@ func decideGroups(t *Tollgate, set *policySet, req *http.Request, d []int64) int
 			}
 			gd[0] = 0
 			for k := range g.ps {
-				gd[1+3*k], gd[2+3*k], gd[3+3*k] = 0, t.set.redis.probeNS/1e6, t.set.redis.probeNS/1e6
+				gd[1+3*k], gd[2+3*k], gd[3+3*k] = 0, t.set.Redis.ProbeNS/1e6, t.set.Redis.ProbeNS/1e6
 			}
 			ghow = decidedLocal
 		}
@@ -312,9 +312,9 @@ func decideGroups(t *Tollgate, set *policySet, req *http.Request, d []int64) int
 // shardKey returns the key of one of the client's sub-buckets, picked at
 // random: the shard number, fixed width, inside the hash tag, so that
 // shards spread over Redis Cluster slots (tg{tag:07}).
-func (s *settings) shardKey(key string) string {
-	n := strconv.Itoa(rand.Intn(int(s.shards)))
-	for len(n) < s.digits {
+func (s *Settings) shardKey(key string) string {
+	n := strconv.Itoa(rand.Intn(int(s.Shards)))
+	for len(n) < s.Digits {
 		n = "0" + n
 	}
 	return key[:len(key)-1] + ":" + n + "}"
@@ -335,8 +335,8 @@ func heldKeys(t *Tollgate, set *policySet, req *http.Request, key string) []stri
 		}
 	}
 	for i, p := range set.ps {
-		if p.conc != nil && p.conc.class != "" {
-			keys[i] = p.conc.class
+		if p.Cap != nil && p.Cap.Class != "" {
+			keys[i] = p.Cap.Class
 		}
 	}
 	return keys
@@ -347,7 +347,7 @@ func heldKeys(t *Tollgate, set *policySet, req *http.Request, key string) []stri
 // cmd: the set's call now). A call that may have reached Redis and
 // failed has its slots given back.
 func callHeld(t *Tollgate, set *policySet, req *http.Request, key, call, hc string, cmd *redis.Command, d []int64) int {
-	if err := redisCheck(t.be, cmd, hc, d, &t.set.redis, t.hb); err != nil {
+	if err := redisCheck(t.be, cmd, hc, d, &t.set.Redis, t.hb); err != nil {
 		if tookMaybe(err) {
 			returnSlots(t, set, hc) // the script may run yet: a tombstone refuses it
 		}

@@ -115,7 +115,7 @@ func (r *registry) redisRows(now int64) []*metrics.RedisRow {
 		*row = *old
 	}
 	for _, b := range r.backends {
-		row := rowFor(b.latest().name)
+		row := rowFor(b.latest().Name)
 		addCounters(row, b)
 		if now-b.used() > int64(gaugeIdle) {
 			continue
@@ -146,7 +146,7 @@ const maxMetricsClasses = 64
 // (MetricsClasses; nil: every class). It refuses one that also configures
 // a limit: it would apply none.
 func metricsEndpoint(cfg *Config) (*metricsHandler, error) {
-	if err := checkMetricsOnly(cfg); err != nil {
+	if err := CheckMetricsOnly(cfg); err != nil {
 		return nil, err
 	}
 	h := &metricsHandler{}
@@ -155,7 +155,7 @@ func metricsEndpoint(cfg *Config) (*metricsHandler, error) {
 	}
 	for i, c := range cfg.MetricsClasses {
 		c = strings.TrimSpace(c)
-		if err := checkName(fmt.Sprintf("metricsClasses[%d]", i), c); err != nil {
+		if err := CheckName(fmt.Sprintf("metricsClasses[%d]", i), c); err != nil {
 			return nil, err
 		}
 		if h.classes == nil {

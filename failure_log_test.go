@@ -42,9 +42,9 @@ func TestNodeAddressQuotedInErrors(t *testing.T) {
 	}
 	// The backend that logs is one of the operator's own addresses (the
 	// configuration's): the node's reaches its log through the error.
-	set := redisSettings{mode: redis.Cluster, endpoints: []string{"127.0.0.1:1"}, timeout: timeout, poolSize: 1, probeNS: int64(time.Second)}
+	set := RedisSettings{Mode: redis.Cluster, Endpoints: []string{"127.0.0.1:1"}, Timeout: timeout, PoolSize: 1, ProbeNS: int64(time.Second)}
 	b := &backend{base: set, breaker: &breaker{}, now: clock.Mono, set: set,
-		rc: redis.New(redis.Options{Mode: redis.Cluster, Endpoints: set.endpoints, Timeout: timeout, PoolSize: 1}, redis.Hooks{})}
+		rc: redis.New(redis.Options{Mode: redis.Cluster, Endpoints: set.Endpoints, Timeout: timeout, PoolSize: 1}, redis.Hooks{})}
 	mu.Lock()
 	errs := []error{derr, serr, errors.New("a reply\ntollgate forged line")}
 	mu.Unlock()

@@ -138,7 +138,7 @@ func TestNewSharesBackends(t *testing.T) {
 	// Reloads that change limits, timeouts or breaker settings keep the
 	// connection, hence the pool; another database is another connection.
 	a := handlerOn(t, "127.0.0.1:1", nil)
-	user := a.set.redis.username
+	user := a.set.Redis.Username
 	b := handlerOn(t, "127.0.0.1:1", func(c *Config) {
 		c.Redis.Username, c.Average, c.Redis.Timeout, c.Redis.ProbeInterval, c.Redis.BreakerThreshold, c.Redis.PoolSize = user, 7, "9ms", "2s", 5, 3
 	})
@@ -299,7 +299,7 @@ func TestNineteenDigitDecisionsAreTaken(t *testing.T) {
 	// What the script answers, by its Go twin (statement for statement).
 	probe := handlerOn(t, "127.0.0.1:1", mutate)
 	d := make([]int64, 4)
-	takeAll([]limit{probe.top.ps[0].lim}, []float64{0}, 1e12, d)
+	takeAll([]Limit{probe.top.ps[0].Lim}, []float64{0}, 1e12, d)
 	f := redistest.StartFake(t, fmt.Sprintf("+%d %d %d %d\r\n", d[0], d[1], d[2], d[3]))
 	var h http.Handler = handlerOn(t, f.Addr(), mutate)
 	if got := serve(h, t.Name()).Header().Get("X-Tollgate-Decision"); got != "redis" || d[1] < 1e18 {

@@ -11,8 +11,8 @@ import (
 	"time"
 )
 
-// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
-func validHeaderName(s string) bool {
+// ValidHeaderName reports whether s is an HTTP field name (RFC 9110 token).
+func ValidHeaderName(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
@@ -98,9 +98,9 @@ func shadowMode(field, s string, def bool) (bool, error) {
 	return v, nil
 }
 
-// checkName refuses characters that cannot appear in a header's quoted
+// CheckName refuses characters that cannot appear in a header's quoted
 // string or that would make keys ambiguous.
-func checkName(field, s string) error {
+func CheckName(field, s string) error {
 	if s == "" {
 		return fmt.Errorf("%s: a name is required", field)
 	}

@@ -86,7 +86,7 @@ func TestGiveBacksOutliveAnOutage(t *testing.T) {
 	p := newCutProxy(t, addr)
 	g := newGate()
 	h := capHandler(t, p.addr(), g, Concurrency{Max: 3, Key: "class", MaxDuration: "10m"}, func(c *Config) { c.Redis.Timeout = "50ms" })
-	zkey := keyPrefix + "c:" + h.set.class + "}}c"
+	zkey := keyPrefix + "c:" + h.set.Class + "}}c"
 	recs, done := burst(h, g, 3, func(i int) string { return fmt.Sprint("c", i) })
 	waitArrived(t, g, 3)
 	if n := slots(t, addr, zkey); n != "3" {
@@ -108,7 +108,7 @@ func TestGiveBacksOutliveAnOutage(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := atomic.LoadInt64(&h.set.topQuotas[0].m.HeldLost); n != 0 {
+	if n := atomic.LoadInt64(&h.set.TopQuotas[0].Metrics.HeldLost); n != 0 {
 		t.Errorf("%d give-backs counted lost, want 0 (each taken once Redis was back)", n)
 	}
 }

@@ -64,10 +64,10 @@ func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
 			j = i
 		}
 	}
-	limit := strconv.FormatInt(set.ps[j].average, 10)
+	limit := strconv.FormatInt(set.ps[j].Average, 10)
 	remaining := strconv.FormatInt(d[1+3*j], 10)
 	reset := strconv.FormatInt(ceilSecs(d[3+3*j]), 10)
-	if set.ps[j].conc != nil {
+	if set.ps[j].Cap != nil {
 		reset = strconv.FormatInt(ceilSecs(d[2+3*j]), 10) // a cap's third number is its slot
 	}
 	if mode&headersLegacy != 0 {
@@ -77,8 +77,8 @@ func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
 	}
 	if mode&headersDraft07 != 0 {
 		p := set.ps[j]
-		burst := ";burst=" + strconv.FormatInt(int64(p.lim.burst), 10)
-		if p.quota != nil || p.conc != nil {
+		burst := ";burst=" + strconv.FormatInt(int64(p.Lim.Burst), 10)
+		if p.Quota != nil || p.Cap != nil {
 			burst = "" // a quota and a cap have none
 		}
 		h.Set("RateLimit-Policy", limit+";w="+strconv.FormatInt(quotaSecs(p), 10)+burst)
@@ -94,7 +94,7 @@ func rateLimitValue(set *policySet, d []int64) string {
 			b = append(b, ", "...)
 		}
 		t := d[2+3*i] // a rate's: until a request fits; a quota's: until its window ends
-		if p.quota != nil {
+		if p.Quota != nil {
 			t = d[3+3*i]
 		}
 		b = strconv.AppendInt(append(append(b, set.quoted[i]...), ";r="...), d[1+3*i], 10)
@@ -149,7 +149,7 @@ func problem(h http.Header, status int, typ, title, detail string, policies []st
 func violated(set *policySet, d []int64) (names []string, waitMS int64) {
 	for i, p := range set.ps {
 		if w := d[2+3*i]; w > 0 {
-			names = append(names, p.name)
+			names = append(names, p.Name)
 			if w > waitMS {
 				waitMS = w
 			}
@@ -185,8 +185,8 @@ func quotaExceeded(h http.Header, set *policySet, d []int64) []byte {
 func writeUnavailable(rw http.ResponseWriter, set *policySet, retry int64) {
 	var names []string
 	for _, p := range set.ps {
-		if p.failClosed {
-			names = append(names, p.name)
+		if p.FailClosed {
+			names = append(names, p.Name)
 		}
 	}
 	detail := "rate limit store unavailable and " + strings.Join(names, ", ") + " fails closed; retry after " + strconv.FormatInt(retry, 10) + " s"
@@ -195,11 +195,11 @@ func writeUnavailable(rw http.ResponseWriter, set *policySet, retry int64) {
 
 // quotaSecs is the length of p's current window in seconds (a quota), or
 // its period's (a rate).
-func quotaSecs(p *policy) int64 {
-	if p.quota == nil {
-		return p.periodSecs
+func quotaSecs(p *Policy) int64 {
+	if p.Quota == nil {
+		return p.PeriodSecs
 	}
-	b := p.quota.window(quotaNow())
+	b := p.Quota.window(quotaNow())
 	return windowSeconds(b[1], b[2])
 }
 
@@ -207,7 +207,7 @@ func quotaSecs(p *policy) int64 {
 // concurrency cap.
 func capsOnly(set *policySet, d []int64) bool {
 	for i, p := range set.ps {
-		if d[2+3*i] > 0 && p.conc == nil {
+		if d[2+3*i] > 0 && p.Cap == nil {
 			return false
 		}
 	}

@@ -52,13 +52,13 @@ func testSet(t *testing.T) *policySet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api.name = "api"
+	api.Name = "api"
 	login, err := compileLimit("rules[0].", 5, "1m", 5, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	login.name, login.keySuffix, login.failClosed = "login", ":login", true
-	return newPolicySet([]*policy{api, login}, len(clientKey("", "")))
+	login.Name, login.KeySuffix, login.FailClosed = "login", ":login", true
+	return newPolicySet([]*Policy{api, login}, len(clientKey("", "")))
 }
 
 func TestHeadersGolden(t *testing.T) {

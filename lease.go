@@ -42,10 +42,10 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
-// leaseShape is a policy's Config.Lease, compiled.
-type leaseShape struct {
-	max int64 // requests per lease; 0: none
-	ttl int64 // ns
+// LeaseShape is a policy's Config.Lease, compiled.
+type LeaseShape struct {
+	Max int64 // requests per lease; 0: none
+	Ttl int64 // ns
 }
 
 const (
@@ -74,41 +74,41 @@ const (
 )
 
 // compileLease validates a Config.Lease (field names it in errors).
-func compileLease(field string, l Lease) (leaseShape, error) {
+func compileLease(field string, l Lease) (LeaseShape, error) {
 	if l.Max < 0 {
-		return leaseShape{}, fmt.Errorf("%s.max: %d is negative", field, l.Max)
+		return LeaseShape{}, fmt.Errorf("%s.max: %d is negative", field, l.Max)
 	}
 	if l.Max > maxLeaseMax {
-		return leaseShape{}, fmt.Errorf("%s.max: %d is more than %d", field, l.Max, maxLeaseMax)
+		return LeaseShape{}, fmt.Errorf("%s.max: %d is more than %d", field, l.Max, maxLeaseMax)
 	}
 	ttl := defaultLeaseTTL
 	if strings.TrimSpace(l.TTL) != "" {
 		d, err := positiveDuration(field+".ttl", l.TTL)
 		if err != nil {
-			return leaseShape{}, err
+			return LeaseShape{}, err
 		}
 		if d > maxLeaseTTL {
-			return leaseShape{}, fmt.Errorf("%s.ttl: %q is longer than %s", field, l.TTL, maxLeaseTTL)
+			return LeaseShape{}, fmt.Errorf("%s.ttl: %q is longer than %s", field, l.TTL, maxLeaseTTL)
 		}
 		if d < minLeaseTTL {
-			return leaseShape{}, fmt.Errorf("%s.ttl: %q is shorter than %s (a lease ending before it is used only holds tokens out)", field, l.TTL, minLeaseTTL)
+			return LeaseShape{}, fmt.Errorf("%s.ttl: %q is shorter than %s (a lease ending before it is used only holds tokens out)", field, l.TTL, minLeaseTTL)
 		}
 		ttl = d
 	}
-	return leaseShape{max: l.Max, ttl: int64(ttl)}, nil
+	return LeaseShape{Max: l.Max, Ttl: int64(ttl)}, nil
 }
 
 // hotGap is the longest gap between a client's calls on a pod at which
 // a lease of shape is worth asking for: at that rate the pod spends a
 // quarter of it within its ttl.
-func hotGap(shape leaseShape) int64 {
-	return 4 * shape.ttl / shape.max
+func hotGap(shape LeaseShape) int64 {
+	return 4 * shape.Ttl / shape.Max
 }
 
 // leasing is what a leased policy set needs: its lease shape, its name in
 // the backend's table and in Redis, and its asking calls.
 type leasing struct {
-	shape leaseShape
+	shape LeaseShape
 	gap   int64 // ns: a client whose calls come closer than this is hot (ask)
 	hot   int64 // how many such calls in a row make it hot: hotStreak (tests set 1)
 	table *leaseTable
@@ -186,7 +186,7 @@ func (ls *leasing) asking(pods int64) *redis.Command {
 		if len(ls.asks) >= 16 {
 			ls.asks = map[int64]*redis.Command{} // pods counts seldom vary: a bound, not a cache policy
 		}
-		cmd = leaseCommand(ls.parts, ls.field, ls.shape.max, ls.shape.ttl/1000, pods, true)
+		cmd = leaseCommand(ls.parts, ls.field, ls.shape.Max, ls.shape.Ttl/1000, pods, true)
 		ls.asks[pods] = cmd
 	}
 	return cmd

@@ -92,7 +92,7 @@ func newLocalBuckets(max int) *localBuckets {
 // charged or none; d receives the decision. A bucket refused and not clamped
 // is left as it was (absent stays absent). keys is not empty (a policy set
 // has a policy or more).
-func (lb *localBuckets) take(keys []string, lims []limit, d []int64) bool {
+func (lb *localBuckets) take(keys []string, lims []Limit, d []int64) bool {
 	k0 := keys[0]
 	j, tag := shardOf(k0, len(lb.shards))
 	if len(keys) > 1 && !sameTag(keys, tag) {
@@ -142,7 +142,7 @@ func sameTag(keys []string, tag int) bool {
 
 // takeSpread is take over keys of several shards: it locks each once, in
 // increasing order, so that two takes never deadlock.
-func (lb *localBuckets) takeSpread(keys []string, lims []limit, d []int64) bool {
+func (lb *localBuckets) takeSpread(keys []string, lims []Limit, d []int64) bool {
 	idx := make([]int, len(keys)) // the shard of each key
 	for i, k := range keys {
 		idx[i], _ = shardOf(k, len(lb.shards))

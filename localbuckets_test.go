@@ -37,7 +37,7 @@ func newTestBuckets(max int) (*localBuckets, *testClock) {
 
 func TestLocalBucketsSteps(t *testing.T) {
 	lb, clock := newTestBuckets(10)
-	lim := []limit{{interval: 1e6, burst: 2, cost: 1}} // 1 token/s, 2 at most
+	lim := []Limit{{Interval: 1e6, Burst: 2, Cost: 1}} // 1 token/s, 2 at most
 	steps := []struct {
 		desc    string
 		at      time.Duration // monotonic clock
@@ -69,7 +69,7 @@ func TestLocalBucketsSteps(t *testing.T) {
 
 func TestLocalBucketsClockBackwardsGrantsNothing(t *testing.T) {
 	lb, clock := newTestBuckets(100)
-	lim := []limit{{interval: 60e6, burst: 3, cost: 1}} // 1 token/min
+	lim := []Limit{{Interval: 60e6, Burst: 3, Cost: 1}} // 1 token/min
 	d := make([]int64, decisionLen(1))
 	clock.set(2 * time.Hour)
 	for i := 0; i < 3; i++ {
@@ -102,12 +102,12 @@ func TestLocalBucketsAllOrNothing(t *testing.T) {
 			lb, _ := newTestBuckets(1000)
 			// Ten buckets; the last holds one token.
 			var keys []string
-			var lims []limit
+			var lims []Limit
 			for i := 0; i < 10; i++ {
 				keys = append(keys, c.prefix+strconv.Itoa(i))
-				lims = append(lims, limit{interval: 1e6, burst: 5, cost: 1})
+				lims = append(lims, Limit{Interval: 1e6, Burst: 5, Cost: 1})
 			}
-			lims[9].burst = 1
+			lims[9].Burst = 1
 			d := make([]int64, decisionLen(10))
 			steps := []struct {
 				desc    string
@@ -129,7 +129,7 @@ func TestLocalBucketsAllOrNothing(t *testing.T) {
 			// A refusal of a bucket that is absent (cost above burst)
 			// stores nothing.
 			n := lb.size()
-			if lb.take([]string{c.prefix + "new"}, []limit{{interval: 1e6, burst: 1, cost: 2}}, d) {
+			if lb.take([]string{c.prefix + "new"}, []Limit{{Interval: 1e6, Burst: 1, Cost: 2}}, d) {
 				t.Fatal("cost 2 on burst 1: allowed = true, want false")
 			}
 			if lb.size() != n {
@@ -144,7 +144,7 @@ func TestLocalBucketsConcurrentTakes(t *testing.T) {
 	// Takes over shared keys, locked in different orders (no deadlock), all
 	// or nothing: a and b are in every take, so exactly 100 pass, and each
 	// charged c or d, never a part of its buckets. Nothing refills.
-	lims := []limit{{interval: 1e12, burst: 100, cost: 1}, {interval: 1e12, burst: 100, cost: 1}, {interval: 1e12, burst: 100, cost: 1}}
+	lims := []Limit{{Interval: 1e12, Burst: 100, Cost: 1}, {Interval: 1e12, Burst: 100, Cost: 1}, {Interval: 1e12, Burst: 100, Cost: 1}}
 	orders := [][]string{{"a", "b", "c"}, {"c", "b", "a"}, {"b", "d", "a"}, {"d", "a", "b"}}
 	for _, keys := range orders {
 		if j, _ := shardOf(keys[0], len(lb.shards)); j == shardIndex(lb, keys[1]) && j == shardIndex(lb, keys[2]) {
@@ -173,7 +173,7 @@ func TestLocalBucketsConcurrentTakes(t *testing.T) {
 	left := make(map[string]int64)
 	d := make([]int64, decisionLen(1))
 	for _, k := range []string{"a", "b", "c", "d"} {
-		lb.take([]string{k}, []limit{{interval: 1e12, burst: 100, cost: 101}}, d)
+		lb.take([]string{k}, []Limit{{Interval: 1e12, Burst: 100, Cost: 101}}, d)
 		left[k] = d[1]
 	}
 	if allowed != 100 || left["a"] != 0 || left["b"] != 0 || left["c"]+left["d"] != 100 {
@@ -183,7 +183,7 @@ func TestLocalBucketsConcurrentTakes(t *testing.T) {
 
 func TestLocalBucketsAreBounded(t *testing.T) {
 	lb, _ := newTestBuckets(100)
-	lim := []limit{{interval: 1e6, burst: 5, cost: 1}}
+	lim := []Limit{{Interval: 1e6, Burst: 5, Cost: 1}}
 	d := make([]int64, decisionLen(1))
 	for i := 0; i < 1000; i++ {
 		if !lb.take([]string{fmt.Sprint("client", i)}, lim, d) {
@@ -197,7 +197,7 @@ func TestLocalBucketsAreBounded(t *testing.T) {
 
 func TestLocalBucketsEvictFullBucketsFirst(t *testing.T) {
 	lb, clock := newTestBuckets(100)
-	lim := []limit{{interval: 1e6, burst: 5, cost: 1}}
+	lim := []Limit{{Interval: 1e6, Burst: 5, Cost: 1}}
 	d := make([]int64, decisionLen(1))
 	for i := 0; i < 99; i++ {
 		lb.take([]string{fmt.Sprint("client", i)}, lim, d) // full again after 1s
@@ -219,7 +219,7 @@ func TestLocalBucketsEvictFullBucketsFirst(t *testing.T) {
 // shards' looked, not by time).
 func TestLocalBucketsEvictionLooksAtBoundedEntries(t *testing.T) {
 	lb, _ := newTestBuckets(maxLocalBuckets)
-	lim := []limit{{interval: 1e9, burst: 5, cost: 1}} // nothing refills during the test
+	lim := []Limit{{Interval: 1e9, Burst: 5, Cost: 1}} // nothing refills during the test
 	d := make([]int64, decisionLen(1))
 	evictions := 0
 	for i := 0; i < 2*maxLocalBuckets; i++ {
@@ -242,7 +242,7 @@ func TestLocalBucketsEvictionLooksAtBoundedEntries(t *testing.T) {
 func TestLocalStoresIsolateClasses(t *testing.T) {
 	stores := newLocalStores()
 	a, b := stores.forClass("a"), stores.forClass("b")
-	lim := []limit{{interval: 1e9, burst: 3, cost: 1}} // nothing refills during the test
+	lim := []Limit{{Interval: 1e9, Burst: 3, Cost: 1}} // nothing refills during the test
 	d := make([]int64, decisionLen(1))
 	for i := 0; i < 3; i++ {
 		b.take([]string{"K"}, lim, d)
@@ -282,7 +282,7 @@ func TestLocalStoresAreBounded(t *testing.T) {
 	if lb := stores.forClass("c1"); lb != byName["c1"] { // a reload's New: a use
 		t.Fatalf("class c1 asked again: got the store of %q", own[lb])
 	}
-	byName["c2"].take([]string{"k"}, []limit{{interval: 1, burst: 1, cost: 1}}, make([]int64, decisionLen(1)))
+	byName["c2"].take([]string{"k"}, []Limit{{Interval: 1, Burst: 1, Cost: 1}}, make([]int64, decisionLen(1)))
 	// The other 62 have now been unused for 10 minutes and make room.
 	clock.set(time.Hour + 10*time.Minute)
 	if lb := stores.forClass("z"); lb == stores.overflow || own[lb] != "" {
@@ -314,7 +314,7 @@ func BenchmarkLocalTakeFull(b *testing.B) {
 	for i := range keys {
 		keys[i] = []string{clientKey("new", strconv.Itoa(i))}
 	}
-	lim := []limit{{interval: 1e9, burst: 5, cost: 1}}
+	lim := []Limit{{Interval: 1e9, Burst: 5, Cost: 1}}
 	d := make([]int64, decisionLen(1))
 	var worst time.Duration
 	runtime.GC()
@@ -333,7 +333,7 @@ func BenchmarkLocalTakeFull(b *testing.B) {
 func BenchmarkLocalTake(b *testing.B) {
 	lb := newLocalBuckets(maxLocalBuckets)
 	keys := []string{clientKey("c", "client")}
-	lim := []limit{{interval: 1, burst: 5, cost: 1}}
+	lim := []Limit{{Interval: 1, Burst: 5, Cost: 1}}
 	d := make([]int64, decisionLen(1))
 	for i := 0; i < b.N; i++ {
 		lb.take(keys, lim, d)

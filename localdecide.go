@@ -29,7 +29,7 @@ func fallback(t *Tollgate, set *policySet, key string, d []int64) int {
 	if set.failClosed {
 		return decidedUnavailable // counted as a 503 by refuseUnavailable
 	}
-	keys := []string{key + set.ps[0].keySuffix}
+	keys := []string{key + set.ps[0].KeySuffix}
 	if len(set.ps) > 1 {
 		keys = set.localKeys(key)
 	}
@@ -40,7 +40,7 @@ func fallback(t *Tollgate, set *policySet, key string, d []int64) int {
 // policy of set, with the limits shared by the pods seen.
 func takeLocal(t *Tollgate, set *policySet, keys []string, d []int64) int {
 	atomic.AddInt64(&t.be.fallbacks, 1)
-	n := replicasSeen(t.hb, t.set.replicas, int64(time.Since(processStart))+monoOrigin)
+	n := replicasSeen(t.hb, t.set.Replicas, int64(time.Since(processStart))+monoOrigin)
 	set.localsMu.Lock()
 	if set.localsN != n || set.locals == nil {
 		set.shareLocals(n)
@@ -63,8 +63,8 @@ func clientKeys(t *Tollgate, set *policySet, req *http.Request, key string) []st
 	keys := make([]string, len(set.ps))
 	for i, p := range set.ps {
 		keys[i] = key
-		if p.source != nil {
-			keys[i] = clientKey(t.set.class, p.source.identity(req))
+		if p.Source != nil {
+			keys[i] = clientKey(t.set.Class, p.Source.identity(req))
 		}
 	}
 	return keys
@@ -78,14 +78,14 @@ func fallbackOwn(t *Tollgate, set *policySet, req *http.Request, key string, d [
 	}
 	keys := clientKeys(t, set, req, key)
 	for i, p := range set.ps {
-		keys[i] += p.keySuffix
+		keys[i] += p.KeySuffix
 	}
 	return takeLocal(t, set, keys, d)
 }
 
 // fallbackFor is the fallback's decision for req over set, whoever keys it.
 func fallbackFor(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
-	key := clientKey(t.set.class, t.set.source.identity(req))
+	key := clientKey(t.set.Class, t.set.Source.identity(req))
 	if set.ownKeys {
 		return fallbackOwn(t, set, req, key, d)
 	}
@@ -99,11 +99,11 @@ func localQuotas(set *policySet, d []int64) {
 	now := quotaNow()
 	us := quotaUS(now)
 	for i, p := range set.ps {
-		if p.quota == nil {
+		if p.Quota == nil {
 			continue
 		}
-		b := p.quota.window(now)
-		d[1+3*i] = p.quota.limit
+		b := p.Quota.window(now)
+		d[1+3*i] = p.Quota.Limit
 		d[2+3*i] = 0
 		d[3+3*i] = (b[2] - us + 999) / 1000
 	}
@@ -114,29 +114,29 @@ func localQuotas(set *policySet, d []int64) {
 // least 1) per key, before the buckets; a full cap refuses and charges
 // nothing (its rates' items show their local burst), a bucket's refusal
 // gives the slots back.
-func takeHeld(t *Tollgate, set *policySet, keys []string, lims []limit, n int64, d []int64) int {
+func takeHeld(t *Tollgate, set *policySet, keys []string, lims []Limit, n int64, d []int64) int {
 	lb := t.local
 	caps := make([]int64, len(set.ps))
 	ck := make([]string, len(set.ps))
 	for i, p := range set.ps {
-		if p.conc == nil {
+		if p.Cap == nil {
 			continue
 		}
-		caps[i] = p.conc.max / n
+		caps[i] = p.Cap.Max / n
 		if caps[i] < 1 {
 			caps[i] = 1
 		}
 		ck[i] = keys[i]
-		if p.conc.class != "" {
-			ck[i] = p.conc.class + p.keySuffix
+		if p.Cap.Class != "" {
+			ck[i] = p.Cap.Class + p.KeySuffix
 		}
 	}
 	full := lb.hold(ck, caps, d)
 	if full >= 0 {
 		d[0] = 0
 		for i, p := range set.ps {
-			if p.conc == nil {
-				d[1+3*i], d[2+3*i], d[3+3*i] = int64(lims[i].burst), 0, 0
+			if p.Cap == nil {
+				d[1+3*i], d[2+3*i], d[3+3*i] = int64(lims[i].Burst), 0, 0
 			}
 		}
 		d[2+3*full] = concRetryMS
@@ -148,7 +148,7 @@ func takeHeld(t *Tollgate, set *policySet, keys []string, lims []limit, n int64,
 		localQuotas(set, d)
 	}
 	for i, p := range set.ps {
-		if p.conc != nil {
+		if p.Cap != nil {
 			d[1+3*i], d[2+3*i], d[3+3*i] = left[1+3*i], 0, 0
 			if d[0] != 1 {
 				lb.unhold(ck[i])

@@ -72,18 +72,18 @@ func TestPasswordFile(t *testing.T) {
 			cfg := CreateConfig()
 			cfg.Average = 10
 			cfg.Redis.PasswordFile = tc.path
-			s, err := compile(cfg, "api@file")
+			s, err := Compile(cfg, "api@file")
 			if tc.err == "" {
 				if err != nil {
 					t.Fatalf("compile: %v", err)
 				}
-				if s.redis.password != tc.want {
-					t.Fatalf("password %q, want %q", s.redis.password, tc.want)
+				if s.Redis.Password != tc.want {
+					t.Fatalf("password %q, want %q", s.Redis.Password, tc.want)
 				}
 				return
 			}
 			if err == nil {
-				t.Fatalf("compile: no error, a password of %d bytes", len(s.redis.password))
+				t.Fatalf("compile: no error, a password of %d bytes", len(s.Redis.Password))
 			}
 			prefix := "redis.passwordFile: "
 			if !strings.HasPrefix(err.Error(), prefix) || !strings.Contains(err.Error(), `"`+tc.path+`"`) ||

@@ -196,7 +196,7 @@ func TestPlansWithoutDefaultRefused(t *testing.T) {
 			cfg := CreateConfig()
 			cfg.Average, cfg.PlanHeader, cfg.DefaultPlan = tc.average, "X-Plan", tc.def
 			cfg.Plans = []Plan{{Name: "free", Average: 5}, {Name: "internal", Unlimited: true}}
-			_, err := compile(cfg, "api@file")
+			_, err := Compile(cfg, "api@file")
 			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.HasPrefix(err.Error(), "plans: ") || !strings.Contains(err.Error(), tc.err)) {
 				t.Fatalf("compile: %v, want %q", err, tc.err)
 			}

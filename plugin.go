@@ -44,46 +44,46 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 		}
 		return h, nil
 	}
-	set, err := compile(cfg, name)
+	set, err := Compile(cfg, name)
 	if err != nil {
 		return nil, fmt.Errorf("tollgate %s: %w", name, err)
 	}
 	if cfg.Class == "" {
-		if err := shared.claimClass(set.class, name); err != nil {
+		if err := shared.claimClass(set.Class, name); err != nil {
 			return nil, fmt.Errorf("tollgate %s: %w", name, err)
 		}
 	}
-	t := &Tollgate{next: next, set: set, local: shared.locals.forClass(set.class), sets: make(map[uint64]*policySet)}
-	if t.be, err = shared.backend(set.redis); err != nil {
+	t := &Tollgate{next: next, set: set, local: shared.locals.forClass(set.Class), sets: make(map[uint64]*policySet)}
+	if t.be, err = shared.backend(set.Redis); err != nil {
 		return nil, fmt.Errorf("tollgate %s: %w", name, err)
 	}
-	if set.redis.heartbeatNS > 0 {
-		t.hb = t.be.heartbeatFor(set.class, t.be.now())
+	if set.Redis.HeartbeatNS > 0 {
+		t.hb = t.be.heartbeatFor(set.Class, t.be.now())
 	}
-	if set.region != nil {
-		x, err := shared.exchangerFor(set.region, set.regionPeers, t.be)
+	if set.Region != nil {
+		x, err := shared.exchangerFor(set.Region, set.RegionPeers, t.be)
 		if err != nil {
 			return nil, fmt.Errorf("tollgate %s: %w", name, err)
 		}
 		t.notes = x.Notes()
 	}
 	now := shared.now()
-	for _, p := range set.policies() {
-		p.m = shared.metrics.Policy(set.class, p.name, now)
-		if p.respCost != nil && p.conc == nil {
-			atomic.StoreInt64(&p.m.Costed, 1)
+	for _, p := range set.Policies() {
+		p.Metrics = shared.metrics.Policy(set.Class, p.Name, now)
+		if p.RespCost != nil && p.Cap == nil {
+			atomic.StoreInt64(&p.Metrics.Costed, 1)
 		}
-		if p.conc != nil {
-			atomic.StoreInt64(&p.m.Capped, 1)
+		if p.Cap != nil {
+			atomic.StoreInt64(&p.Metrics.Capped, 1)
 		}
 	}
-	hb, floor := t.hb, set.replicas
-	shared.metrics.Class(set.class, func(now int64) int64 { return replicasSeen(hb, floor, now) }, now)
-	if top := set.topPolicies(); top != nil {
-		t.top = t.withLeases(t.prepared(withHeaders(newPolicySet(top, set.keyLen), set.headers)))
-		t.plain = len(set.rules) == 0 && t.top.plain && set.plans == nil && set.exempt == nil
+	hb, floor := t.hb, set.Replicas
+	shared.metrics.Class(set.Class, func(now int64) int64 { return replicasSeen(hb, floor, now) }, now)
+	if top := set.TopPolicies(); top != nil {
+		t.top = t.withLeases(t.prepared(withHeaders(newPolicySet(top, set.KeyLen), set.Headers)))
+		t.plain = len(set.Rules) == 0 && t.top.plain && set.Plans == nil && set.Exempt == nil
 		t.capped = t.top.policyValue != nil && t.top.held && !t.top.shadow && !t.top.costed && !t.top.ownKeys && !t.top.quotas &&
-			len(set.rules) == 0 && set.plans == nil && set.exempt == nil && t.notes == nil
+			len(set.Rules) == 0 && set.Plans == nil && set.Exempt == nil && t.notes == nil
 	}
 	return t, nil
 }
@@ -93,23 +93,23 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 // or plan policy does and nothing rules it out: a policy that fails
 // closed, rules keyed their own way. Returns s.
 func (t *Tollgate) withLeases(s *policySet) *policySet {
-	if !t.set.leases || s == nil {
+	if !t.set.Leases || s == nil {
 		return s
 	}
-	honour(s, t.set.keyLen)
-	shape := s.ps[0].lease
-	if shape.max == 0 || s.failClosed || s.ownKeys {
+	honour(s, t.set.KeyLen)
+	shape := s.ps[0].Lease
+	if shape.Max == 0 || s.failClosed || s.ownKeys {
 		return s
 	}
-	parts := commandParts(s.ps, t.set.keyLen)
+	parts := commandParts(s.ps, t.set.KeyLen)
 	h := fnv.New64a()
 	h.Write([]byte(strings.Join(parts.suffixes, "\x00") + "\x00" + strings.Join(parts.args, " ")))
 	tag := strconv.FormatUint(h.Sum64(), 36)
 	tb := leasesOf(t.be)
 	ls := &leasing{shape: shape, gap: hotGap(shape), hot: hotStreak, table: tb, tag: tag + "/", field: tb.id + "/" + tag, parts: parts, asks: map[int64]*redis.Command{}, seen: &seenTimes{at: make([]int64, seenSlots), streak: make([]int64, seenSlots)}}
 	for i, p := range s.ps {
-		ls.costs = append(ls.costs, int64(p.lim.cost))
-		ls.back = append(ls.back, p.keySuffix, parts.args[3*i], parts.args[3*i+2])
+		ls.costs = append(ls.costs, int64(p.Lim.Cost))
+		ls.back = append(ls.back, p.KeySuffix, parts.args[3*i], parts.args[3*i+2])
 	}
 	s.lease = ls
 	return s
@@ -140,8 +140,8 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	// and refuseCached's: a flood from clients over their limit is the
 	// path that must cost least.
 	key, r := "", notDenied // any identity but a header's: decideAny's
-	if v := req.Header[t.set.source.header]; t.set.byHeader && len(v) > 0 && v[0] != "" {
-		sum := sha256.Sum256([]byte(t.set.headerTag + v[0]))
+	if v := req.Header[t.set.Source.Header]; t.set.ByHeader && len(v) > 0 && v[0] != "" {
+		sum := sha256.Sum256([]byte(t.set.HeaderTag + v[0]))
 		key = keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}" // hashKey, inlined
 		// A lease is spent first, before the deny cache (decideLeased).
 		if ls := t.top.lease; ls != nil && atomic.LoadInt64(&ls.table.n) != 0 && serveLeased(t, rw, req, key) {
@@ -174,7 +174,7 @@ func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key stri
 		how = decideKey(t, top, key, r, d)
 	} else if top.lease != nil {
 		how = callLeased(t, top, key, d) // the lease and the deny cache were ServeHTTP's
-	} else if redisCheck(t.be, top.cmd, key, d, &t.set.redis, t.hb) != nil {
+	} else if redisCheck(t.be, top.cmd, key, d, &t.set.Redis, t.hb) != nil {
 		how = fallback(t, top, key, d)
 	} else if d[0] != 1 {
 		top.denied.remember(key, d)
@@ -192,8 +192,8 @@ func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key stri
 		h[hdrPolicy] = top.policyValue
 		h[hdrRateLimit] = []string{top.rPrefix + strconv.FormatInt(d[1], 10) + ";t=" + strconv.FormatInt((d[2]+999)/1000, 10)}
 	}
-	if t.set.decision != "" {
-		h[t.set.decision] = decisionValues[how]
+	if t.set.Decision != "" {
+		h[t.set.Decision] = decisionValues[how]
 	}
 	t.next.ServeHTTP(rw, req)
 }
@@ -216,7 +216,7 @@ func serveQuotas(t *Tollgate, rw http.ResponseWriter, req *http.Request, key str
 		how = decideAny(t, top, req, rw, d)
 	} else if r == inForce || t.notes != nil {
 		how = decideKey(t, top, key, r, d)
-	} else if redisCheck(t.be, v.cmd, key, d, &t.set.redis, t.hb) != nil {
+	} else if redisCheck(t.be, v.cmd, key, d, &t.set.Redis, t.hb) != nil {
 		how = fallback(t, top, key, d)
 	} else if d[0] != 1 {
 		top.denied.remember(key, d)
@@ -233,31 +233,31 @@ func serveQuotas(t *Tollgate, rw http.ResponseWriter, req *http.Request, key str
 	j := 0
 	b := make([]byte, 0, 64)
 	for i, p := range top.ps {
-		if 5*d[1+3*i] < int64(p.lim.burst) {
+		if 5*d[1+3*i] < int64(p.Lim.Burst) {
 			t.answer(rw, req, top, d, how)
 			return
 		}
-		if float64(d[1+3*i])/p.lim.burst < float64(d[1+3*j])/top.ps[j].lim.burst {
+		if float64(d[1+3*i])/p.Lim.Burst < float64(d[1+3*j])/top.ps[j].Lim.Burst {
 			j = i
 		}
 		if i > 0 {
 			b = append(b, ", "...)
 		}
 		w := d[2+3*i]
-		if p.quota != nil {
+		if p.Quota != nil {
 			w = d[3+3*i]
 		}
 		b = strconv.AppendInt(append(append(b, top.quoted[i]...), ";r="...), d[1+3*i], 10)
 		b = strconv.AppendInt(append(b, ";t="...), (w+999)/1000, 10)
 	}
-	atomic.AddInt64(&top.ps[j].m.N[how*metrics.NResults+metrics.Allowed], 1)
+	atomic.AddInt64(&top.ps[j].Metrics.N[how*metrics.NResults+metrics.Allowed], 1)
 	h := rw.Header()
-	if t.set.headers != 0 {
+	if t.set.Headers != 0 {
 		h[hdrPolicy] = v.policyValue
 		h[hdrRateLimit] = []string{string(b)}
 	}
-	if t.set.decision != "" {
-		h[t.set.decision] = decisionValues[how]
+	if t.set.Decision != "" {
+		h[t.set.Decision] = decisionValues[how]
 	}
 	t.next.ServeHTTP(rw, req)
 }
@@ -294,8 +294,8 @@ func serveLeased(t *Tollgate, rw http.ResponseWriter, req *http.Request, key str
 		h[hdrPolicy] = top.policyValue
 		h[hdrRateLimit] = []string{top.rPrefix + strconv.FormatInt(r, 10) + tail}
 	}
-	if t.set.decision != "" {
-		h[t.set.decision] = decisionValues[decidedLease]
+	if t.set.Decision != "" {
+		h[t.set.Decision] = decisionValues[decidedLease]
 	}
 	t.next.ServeHTTP(rw, req)
 	return true
@@ -308,7 +308,7 @@ func serveLeased(t *Tollgate, rw http.ResponseWriter, req *http.Request, key str
 // take's call kept for its give-back (release), not built again.
 func serveCapped(t *Tollgate, rw http.ResponseWriter, req *http.Request) {
 	top := t.top
-	key := clientKey(t.set.class, t.set.source.identity(req))
+	key := clientKey(t.set.Class, t.set.Source.identity(req))
 	d := make([]int64, top.decisionLen)
 	if atomic.LoadInt64(&top.denied.n) != 0 {
 		r := refuseCached(top.denied, key, rw)
@@ -323,8 +323,8 @@ func serveCapped(t *Tollgate, rw http.ResponseWriter, req *http.Request) {
 	keys := make([]string, len(top.ps)) // heldKeys, inlined
 	for i, p := range top.ps {
 		keys[i] = key
-		if p.conc != nil && p.conc.class != "" {
-			keys[i] = p.conc.class
+		if p.Cap != nil && p.Cap.Class != "" {
+			keys[i] = p.Cap.Class
 		}
 	}
 	hc := heldCall(top, keys, newMember())
@@ -335,16 +335,16 @@ func serveCapped(t *Tollgate, rw http.ResponseWriter, req *http.Request) {
 	}
 	count(top, d, how)
 	h := rw.Header()
-	if t.set.headers != 0 {
+	if t.set.Headers != 0 {
 		h[hdrPolicy] = top.policyValue
 		h[hdrRateLimit] = []string{rateLimitValue(top, d)}
 	}
-	if t.set.decision != "" {
-		h[t.set.decision] = decisionValues[how]
+	if t.set.Decision != "" {
+		h[t.set.Decision] = decisionValues[how]
 	}
 	for _, p := range top.ps {
-		if p.conc != nil {
-			atomic.AddInt64(&p.m.InFlight, 1)
+		if p.Cap != nil {
+			atomic.AddInt64(&p.Metrics.InFlight, 1)
 		}
 	}
 	defer release(t, top, keys, hc, d, how)
@@ -355,12 +355,12 @@ func serveCapped(t *Tollgate, rw http.ResponseWriter, req *http.Request) {
 // depends on the request), no top-level limit, several policies or headers
 // other than IETF alone.
 func (t *Tollgate) serveAny(rw http.ResponseWriter, req *http.Request) {
-	if t.set.exempt != nil && t.set.source.exempt(req, t.set.exempt) {
+	if t.set.Exempt != nil && t.set.Source.exempt(req, t.set.Exempt) {
 		t.next.ServeHTTP(rw, req) // exemptSourceRange: untouched
 		return
 	}
 	set := t.top
-	if len(t.set.rules) > 0 || t.set.plans != nil {
+	if len(t.set.Rules) > 0 || t.set.Plans != nil {
 		set = t.policiesFor(req)
 	}
 	if set == nil {
@@ -390,18 +390,18 @@ const (
 // are prepared once per combination (the rules' bits, the plan above them).
 func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 	var mask, bit uint64 = 0, 1
-	for _, r := range t.set.rules {
+	for _, r := range t.set.Rules {
 		if r.matches(req) {
 			mask |= bit
 		}
 		bit <<= 1
 	}
-	ps := t.set.topPolicies()
-	if t.set.plans != nil {
+	ps := t.set.TopPolicies()
+	if t.set.Plans != nil {
 		if pi := t.set.planOf(req); pi >= 0 {
 			ps = nil // unlimited
-			if p := t.set.plans[pi]; p != nil {
-				ps = t.set.withQuotas(p, t.set.planQuotas, pi)
+			if p := t.set.Plans[pi]; p != nil {
+				ps = t.set.WithQuotas(p, t.set.PlanQuotas, pi)
 			}
 			mask |= uint64(pi+1) << maxRules
 		}
@@ -414,11 +414,11 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 	if s, ok := t.sets[mask]; ok {
 		return s
 	}
-	ps = append([]*policy(nil), ps...)
+	ps = append([]*Policy(nil), ps...)
 	bit = 1
-	for i, r := range t.set.rules {
+	for i, r := range t.set.Rules {
 		if mask&bit != 0 {
-			ps = append(ps, t.set.withQuotas(r, t.set.ruleQuotas, i)...)
+			ps = append(ps, t.set.WithQuotas(r, t.set.RuleQuotas, i)...)
 		}
 		bit <<= 1
 	}
@@ -426,9 +426,9 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 		t.sets[mask] = nil
 		return nil
 	}
-	s := t.prepared(withHeaders(newPolicySet(ps, t.set.keyLen), t.set.headers))
-	if s.ownKeys && t.set.redis.mode == redis.Cluster {
-		withGroups(s, t.set.keyLen)
+	s := t.prepared(withHeaders(newPolicySet(ps, t.set.KeyLen), t.set.Headers))
+	if s.ownKeys && t.set.Redis.Mode == redis.Cluster {
+		withGroups(s, t.set.KeyLen)
 	}
 	t.withLeases(s)
 	t.sets[mask] = s

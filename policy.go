@@ -12,36 +12,36 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 )
 
-// policy is one compiled bucket shape with its name and failure mode.
-type policy struct {
-	name       string // policy name in headers; "" key suffix for the top level
-	keySuffix  string // appended to the client's key; "" for the top level
-	lim        limit  // the whole limit (and the local fallback's base)
-	shard      limit  // one sub-bucket in Redis: lim when not sharded
-	average    int64
-	periodUS   float64 // the period, µs
-	periodSecs int64   // w in RateLimit-Policy
-	failClosed bool
-	shadow     bool            // never refuses (Config.Shadow)
-	lease      leaseShape      // the top level's and a plan's (Config.Lease); max 0: none
-	quota      *quotaShape     // a calendar quota (quota.go); nil: a rate
-	respCost   *costShape      // its owner's response cost (charge.go); nil: none
-	conc       *concShape      // a concurrency cap (concurrency.go); nil: none
-	m          *metrics.Policy // its counters (internal/metrics); set by New
+// Policy is one compiled bucket shape with its name and failure mode.
+type Policy struct {
+	Name       string // policy name in headers; "" key suffix for the top level
+	KeySuffix  string // appended to the client's key; "" for the top level
+	Lim        Limit  // the whole limit (and the local fallback's base)
+	Shard      Limit  // one sub-bucket in Redis: lim when not sharded
+	Average    int64
+	PeriodUS   float64 // the period, µs
+	PeriodSecs int64   // w in RateLimit-Policy
+	FailClosed bool
+	Shadow     bool            // never refuses (Config.Shadow)
+	Lease      LeaseShape      // the top level's and a plan's (Config.Lease); max 0: none
+	Quota      *QuotaShape     // a calendar quota (quota.go); nil: a rate
+	RespCost   *CostShape      // its owner's response cost (charge.go); nil: none
+	Cap       *CapShape      // a concurrency cap (concurrency.go); nil: none
+	Metrics          *metrics.Policy // its counters (internal/metrics); set by New
 	// rule matching; the top-level policy matches everything
-	pathPrefix string
-	methods    []string
-	source     *sourceCriterion // a rule's own client identity; nil: the top level's
-	// regionPPM is the region's static share of the limit in ppm, passed to
+	PathPrefix string
+	Methods    []string
+	Source     *Source // a rule's own client identity; nil: the top level's
+	// RegionPPM is the region's static share of the limit in ppm, passed to
 	// the script: positive when the share follows demand, negative when
 	// it stays static (failing closed, or keyed its own way); 0 without
 	// regions (region.go).
-	regionPPM int64
+	RegionPPM int64
 }
 
 // compileLimit validates one bucket's numbers and returns its policy.
 // prefix is "" for the top level or "rules[i]." for a rule.
-func compileLimit(prefix string, average int64, period string, burst, cost int64) (*policy, error) {
+func compileLimit(prefix string, average int64, period string, burst, cost int64) (*Policy, error) {
 	if average <= 0 {
 		return nil, fmt.Errorf("%saverage: %d must be greater than zero", prefix, average)
 	}
@@ -68,16 +68,16 @@ func compileLimit(prefix string, average int64, period string, burst, cost int64
 		return nil, fmt.Errorf("%sburst: %d tokens at %d per %s refill in %.0f years, more than the %.0f years a bucket may take (lower burst or period, or raise average)",
 			prefix, burst, average, per, refill/usPerYear, maxRefillUS/usPerYear)
 	}
-	p := &policy{
-		m:          &metrics.Policy{}, // New's are the registry's
-		lim:        limit{interval: interval, burst: float64(burst), cost: float64(cost)},
-		average:    average,
-		periodSecs: int64(per.Seconds()),
-		periodUS:   float64(per.Microseconds()),
+	p := &Policy{
+		Metrics:          &metrics.Policy{}, // New's are the registry's
+		Lim:        Limit{Interval: interval, Burst: float64(burst), Cost: float64(cost)},
+		Average:    average,
+		PeriodSecs: int64(per.Seconds()),
+		PeriodUS:   float64(per.Microseconds()),
 	}
-	p.shard = p.lim
-	if p.periodSecs < 1 {
-		p.periodSecs = 1
+	p.Shard = p.Lim
+	if p.PeriodSecs < 1 {
+		p.PeriodSecs = 1
 	}
 	return p, nil
 }
@@ -94,23 +94,23 @@ const maxRefillUS = 100 * usPerYear
 // replicas pods share the limit (the region's static share of it, with
 // regions): average/replicas over the same period, burst/replicas, each at
 // least one request's cost.
-func (p *policy) localShare(replicas int64) limit {
-	if p.quota != nil || p.conc != nil {
-		return p.lim // not counted without Redis (localQuotas), or counted apart (takeHeld): a bucket that refills at once
+func (p *Policy) localShare(replicas int64) Limit {
+	if p.Quota != nil || p.Cap != nil {
+		return p.Lim // not counted without Redis (localQuotas), or counted apart (takeHeld): a bucket that refills at once
 	}
 	if replicas < 1 {
 		replicas = 1
 	}
 	share := 1.0
-	if p.regionPPM != 0 {
-		share = float64(abs64(p.regionPPM)) / ppm
+	if p.RegionPPM != 0 {
+		share = float64(abs64(p.RegionPPM)) / ppm
 	}
-	lb := int64(p.lim.burst*share) / replicas
-	if lb < int64(p.lim.cost) {
-		lb = int64(p.lim.cost)
+	lb := int64(p.Lim.Burst*share) / replicas
+	if lb < int64(p.Lim.Cost) {
+		lb = int64(p.Lim.Cost)
 	}
-	la := float64(p.average) * share / float64(replicas)
-	return limit{interval: p.periodUS / la, burst: float64(lb), cost: p.lim.cost}
+	la := float64(p.Average) * share / float64(replicas)
+	return Limit{Interval: p.PeriodUS / la, Burst: float64(lb), Cost: p.Lim.Cost}
 }
 
 // maxPlans bounds Plans.
@@ -145,20 +145,20 @@ const maxShards = 1024
 // split sets the sub-bucket shape for n shards: 1/n of the rate and of the
 // burst (a fraction of a token is fine: the capacities add up to the
 // limit's).
-func (p *policy) split(n int64) error {
-	p.shard = p.lim
+func (p *Policy) split(n int64) error {
+	p.Shard = p.Lim
 	if n <= 1 {
 		return nil
 	}
-	p.shard.interval *= float64(n)
-	p.shard.burst /= float64(n)
-	if p.shard.burst < p.shard.cost {
+	p.Shard.Interval *= float64(n)
+	p.Shard.Burst /= float64(n)
+	if p.Shard.Burst < p.Shard.Cost {
 		field := "burst"
-		if p.keySuffix != "" {
-			field = "rules[" + p.name + "].burst"
+		if p.KeySuffix != "" {
+			field = "rules[" + p.Name + "].burst"
 		}
 		return fmt.Errorf("%s: %v split over %d shards leaves %.3g tokens per shard, less than one request's cost (%v)",
-			field, p.lim.burst, n, p.shard.burst, p.lim.cost)
+			field, p.Lim.Burst, n, p.Shard.Burst, p.Lim.Cost)
 	}
 	return nil
 }
@@ -180,14 +180,14 @@ const ppm = 1000000
 const maxDecisionLine = 1 + (1+3*(maxRules+1))*21 + 2
 
 // matches reports whether a rule applies to req.
-func (p *policy) matches(req *http.Request) bool {
-	if !strings.HasPrefix(req.URL.Path, p.pathPrefix) {
+func (p *Policy) matches(req *http.Request) bool {
+	if !strings.HasPrefix(req.URL.Path, p.PathPrefix) {
 		return false
 	}
-	if len(p.methods) == 0 {
+	if len(p.Methods) == 0 {
 		return true
 	}
-	for _, m := range p.methods {
+	for _, m := range p.Methods {
 		if strings.EqualFold(m, req.Method) {
 			return true
 		}
@@ -202,23 +202,23 @@ func (p *policy) matches(req *http.Request) bool {
 // and its name; owner nil is the top level without a rate (cost,
 // failClosed, shadow given). names holds the names taken (class, rules,
 // plans): a quota may take none of them, nor one of its owner's.
-func compileQuotas(field string, qs []Quota, owner *policy, suffix string, cost int64, failClosed, shadow bool, names map[string]bool) ([]*policy, error) {
+func compileQuotas(field string, qs []Quota, owner *Policy, suffix string, cost int64, failClosed, shadow bool, names map[string]bool) ([]*Policy, error) {
 	if len(qs) > maxQuotas {
 		return nil, fmt.Errorf("%s: %d quotas, at most %d are allowed", field, len(qs), maxQuotas)
 	}
-	var source *sourceCriterion
+	var source *Source
 	if owner != nil {
-		cost, failClosed, shadow = int64(owner.lim.cost), owner.failClosed, owner.shadow
-		source = owner.source
+		cost, failClosed, shadow = int64(owner.Lim.Cost), owner.FailClosed, owner.Shadow
+		source = owner.Source
 	}
 	own := map[string]bool{}
-	var out []*policy
+	var out []*Policy
 	for i, q := range qs {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		if err := checkName(f+".name", q.Name); err != nil {
+		if err := CheckName(f+".name", q.Name); err != nil {
 			return nil, err
 		}
-		if names[q.Name] || own[q.Name] || owner != nil && owner.name == q.Name {
+		if names[q.Name] || own[q.Name] || owner != nil && owner.Name == q.Name {
 			return nil, fmt.Errorf("%s.name: %q is used twice (quotas, plans, rules and the class share one namespace)", f, q.Name)
 		}
 		own[q.Name] = true
@@ -236,18 +236,18 @@ func compileQuotas(field string, qs []Quota, owner *policy, suffix string, cost 
 		if err != nil {
 			return nil, err
 		}
-		p := &policy{
-			name:       q.Name,
-			keySuffix:  suffix + ":" + q.Name,
-			lim:        limit{interval: 1e-3, burst: float64(q.Limit), cost: float64(cost)},
-			average:    q.Limit,
-			periodSecs: 1,
-			failClosed: failClosed,
-			shadow:     shadow,
-			source:     source,
-			quota:      &quotaShape{limit: q.Limit, kind: kind, loc: loc},
+		p := &Policy{
+			Name:       q.Name,
+			KeySuffix:  suffix + ":" + q.Name,
+			Lim:        Limit{Interval: 1e-3, Burst: float64(q.Limit), Cost: float64(cost)},
+			Average:    q.Limit,
+			PeriodSecs: 1,
+			FailClosed: failClosed,
+			Shadow:     shadow,
+			Source:     source,
+			Quota:      &QuotaShape{Limit: q.Limit, Kind: kind, Loc: loc},
 		}
-		p.shard = p.lim
+		p.Shard = p.Lim
 		out = append(out, p)
 	}
 	return out, nil

@@ -19,9 +19,9 @@ import (
 // policySet is everything prepared for one combination of policies: the
 // top-level limit (if any) plus the rules that matched, in config order.
 type policySet struct {
-	ps           []*policy
+	ps           []*Policy
 	localsMu     sync.Mutex
-	locals       []limit // fallback bucket shapes for localsN pods
+	locals       []Limit // fallback bucket shapes for localsN pods
 	localsN      int64
 	quoted       []string // `"name"` of each policy
 	decisionLen  int      // len of a decision over ps
@@ -85,13 +85,13 @@ type policySet struct {
 
 // newPolicySet prepares ps for client keys of keyLen bytes (headers: see
 // withHeaders).
-func newPolicySet(ps []*policy, keyLen int) *policySet {
+func newPolicySet(ps []*Policy, keyLen int) *policySet {
 	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps)), denied: newDenyCache(maxDenials)}
-	var enforce []*policy
+	var enforce []*Policy
 	for _, p := range ps {
-		s.quoted = append(s.quoted, `"`+p.name+`"`)
-		s.failClosed = s.failClosed || p.failClosed
-		if p.shadow {
+		s.quoted = append(s.quoted, `"`+p.Name+`"`)
+		s.failClosed = s.failClosed || p.FailClosed
+		if p.Shadow {
 			s.shadow = true
 		} else {
 			enforce = append(enforce, p)
@@ -99,8 +99,8 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 	}
 	s.cmd = newCommand(ps, keyLen)
 	for _, p := range ps {
-		s.ownKeys = s.ownKeys || p.source != nil
-		s.held = s.held || p.conc != nil
+		s.ownKeys = s.ownKeys || p.Source != nil
+		s.held = s.held || p.Cap != nil
 	}
 	if s.held {
 		parts := commandParts(ps, keyLen)
@@ -111,30 +111,30 @@ func newPolicySet(ps []*policy, keyLen int) *policySet {
 		s.cmd = s.cmd.Whole()
 	}
 	for _, p := range ps {
-		s.quotas = s.quotas || p.quota != nil
-		s.costed = s.costed || p.respCost != nil
+		s.quotas = s.quotas || p.Quota != nil
+		s.costed = s.costed || p.RespCost != nil
 	}
 	if s.quotas {
 		s.keyLen = keyLen
 		quotaRoll(s)
 	}
-	m := ps[0].m
+	m := ps[0].Metrics
 	s.admitted = [3]*int64{&m.N[metrics.ByRedis*metrics.NResults+metrics.Allowed], &m.N[metrics.ByLocal*metrics.NResults+metrics.Allowed],
 		&m.N[metrics.ByLease*metrics.NResults+metrics.Allowed]}
-	s.nearBelow = (int64(ps[0].lim.burst) + 4) / 5
+	s.nearBelow = (int64(ps[0].Lim.Burst) + 4) / 5
 	if s.shadow {
 		for _, p := range ps {
-			s.denied.shadow = append(s.denied.shadow, p.shadow)
+			s.denied.shadow = append(s.denied.shadow, p.Shadow)
 		}
 	}
 	if s.held {
 		for _, p := range ps {
-			s.denied.capped = append(s.denied.capped, p.conc != nil)
+			s.denied.capped = append(s.denied.capped, p.Cap != nil)
 		}
 	}
 	if s.quotas {
 		for _, p := range ps {
-			s.denied.quota = append(s.denied.quota, p.quota != nil)
+			s.denied.quota = append(s.denied.quota, p.Quota != nil)
 		}
 	}
 	if s.shadow && len(enforce) > 0 {
@@ -164,7 +164,7 @@ func withHeaders(s *policySet, headers int) *policySet {
 // shareLocals computes the fallback bucket shapes for n pods. Requires
 // s.localsMu held.
 func (s *policySet) shareLocals(n int64) {
-	locals := make([]limit, len(s.ps))
+	locals := make([]Limit, len(s.ps))
 	for i, p := range s.ps {
 		locals[i] = p.localShare(n)
 	}
@@ -177,7 +177,7 @@ func (s *policySet) shareLocals(n int64) {
 func (s *policySet) localKeys(key string) []string {
 	keys := make([]string, len(s.ps))
 	for i, p := range s.ps {
-		keys[i] = key + p.keySuffix
+		keys[i] = key + p.KeySuffix
 	}
 	return keys
 }
@@ -186,13 +186,13 @@ func (s *policySet) localKeys(key string) []string {
 // names, when it is exactly one known plan name, else defaultPlan (-1:
 // the top level). An unknown value is never an error to the client, and
 // never a key or a label of its own.
-func (s *settings) planOf(req *http.Request) int {
-	if v := req.Header[s.planHeader]; len(v) == 1 {
-		if i, ok := s.planIndex[v[0]]; ok {
+func (s *Settings) planOf(req *http.Request) int {
+	if v := req.Header[s.PlanHeader]; len(v) == 1 {
+		if i, ok := s.PlanIndex[v[0]]; ok {
 			return i
 		}
 	}
-	return s.defaultPlan
+	return s.DefaultPlan
 }
 
 // honour replaces the calls of s, its enforcing part and its groups with
@@ -219,10 +219,10 @@ func honour(s *policySet, keyLen int) {
 // on a shadow one's in the same script.
 func withGroups(s *policySet, keyLen int) {
 	for _, shadow := range []bool{false, true} {
-		var top []*policy
+		var top []*Policy
 		var topPos []int
 		for i, p := range s.ps {
-			if p.source == nil && p.shadow == shadow {
+			if p.Source == nil && p.Shadow == shadow {
 				top = append(top, p)
 				topPos = append(topPos, i)
 			}
@@ -238,11 +238,11 @@ func withGroups(s *policySet, keyLen int) {
 	// its identity, hence its slot).
 	for i := 0; i < len(s.ps); i++ {
 		p := s.ps[i]
-		if p.source == nil {
+		if p.Source == nil {
 			continue
 		}
-		ps, pos := []*policy{p}, []int{i}
-		for i+1 < len(s.ps) && (s.ps[i+1].quota != nil || s.ps[i+1].conc != nil) && s.ps[i+1].source == p.source {
+		ps, pos := []*Policy{p}, []int{i}
+		for i+1 < len(s.ps) && (s.ps[i+1].Quota != nil || s.ps[i+1].Cap != nil) && s.ps[i+1].Source == p.Source {
 			i++
 			ps, pos = append(ps, s.ps[i]), append(pos, i)
 		}
@@ -256,9 +256,9 @@ func withGroups(s *policySet, keyLen int) {
 
 // quotasAfter reports whether ps is one policy and its quotas, or
 // quotas alone.
-func quotasAfter(ps []*policy) bool {
+func quotasAfter(ps []*Policy) bool {
 	for i, p := range ps {
-		if i > 0 && p.quota == nil {
+		if i > 0 && p.Quota == nil {
 			return false
 		}
 	}
@@ -266,20 +266,20 @@ func quotasAfter(ps []*policy) bool {
 }
 
 // policyHeader is the RateLimit-Policy value of ps.
-func policyHeader(ps []*policy) string {
+func policyHeader(ps []*Policy) string {
 	items := make([]string, len(ps))
 	for i, p := range ps {
-		items[i] = policyItem(p, p.periodSecs)
+		items[i] = policyItem(p, p.PeriodSecs)
 	}
 	return strings.Join(items, ", ")
 }
 
 // policyItem is p's item in RateLimit-Policy, its window w seconds long.
-func policyItem(p *policy, w int64) string {
-	if p.conc != nil {
-		return `"` + p.name + `";q=` + strconv.FormatInt(p.average, 10) + `;qu="concurrent-requests"`
+func policyItem(p *Policy, w int64) string {
+	if p.Cap != nil {
+		return `"` + p.Name + `";q=` + strconv.FormatInt(p.Average, 10) + `;qu="concurrent-requests"`
 	}
-	return `"` + p.name + `";q=` + strconv.FormatInt(p.average, 10) + ";w=" + strconv.FormatInt(w, 10)
+	return `"` + p.Name + `";q=` + strconv.FormatInt(p.Average, 10) + ";w=" + strconv.FormatInt(w, 10)
 }
 
 // quotaView is what a set with quotas calls and declares until one of its
@@ -324,11 +324,11 @@ func quotaViewAt(s *policySet, now time.Time) *quotaView {
 	parts := commandParts(s.ps, s.keyLen)
 	items := make([]string, len(s.ps))
 	for i, p := range s.ps {
-		if p.quota == nil {
-			items[i] = policyItem(p, p.periodSecs)
+		if p.Quota == nil {
+			items[i] = policyItem(p, p.PeriodSecs)
 			continue
 		}
-		b := p.quota.window(now)
+		b := p.Quota.window(now)
 		parts.args[3*i+1] = windowsArg(b)
 		items[i] = policyItem(p, windowSeconds(b[1], b[2]))
 		if v.until < 0 || b[2] < v.until {
@@ -353,7 +353,7 @@ func heldCall(set *policySet, keys []string, member string) string {
 			b = append(b, set.joints[i-1]...)
 		}
 		b = append(b, keys[i]...)
-		if p.conc != nil {
+		if p.Cap != nil {
 			b = append(append(b, '#'), member...)
 		}
 	}

@@ -66,7 +66,7 @@ func TestPreparedRefusalsConcurrentAtEachInstant(t *testing.T) {
 			f := redistest.StartFake(t, "+0 0 5500 9200\r\n")
 			h, ref, clk, refClk := preparedPair(t, f, tc.mutate)
 			want := expectedAt(t, ref, refClk, tickInstants)
-			limited := &h.top.ps[0].m.N[decidedCache*metrics.NResults+metrics.Limited]
+			limited := &h.top.ps[0].Metrics.N[decidedCache*metrics.NResults+metrics.Limited]
 			before := atomic.LoadInt64(limited)
 			const workers, each = 8, 10
 			for _, at := range tickInstants {
@@ -103,7 +103,7 @@ func TestPreparedRefusalsWhileTheClockMoves(t *testing.T) {
 	f := redistest.StartFake(t, "+0 0 5500 9200\r\n")
 	h, ref, clk, refClk := preparedPair(t, f, nil)
 	want := expectedAt(t, ref, refClk, tickInstants)
-	limited := &h.top.ps[0].m.N[decidedCache*metrics.NResults+metrics.Limited]
+	limited := &h.top.ps[0].Metrics.N[decidedCache*metrics.NResults+metrics.Limited]
 	before := atomic.LoadInt64(limited)
 	const workers, each, stride = 8, 40, 20 // the clock moves every stride answers
 	type seen struct {
@@ -163,7 +163,7 @@ func TestPreparedRefusalReplacedWhileRefusing(t *testing.T) {
 		rec, _ := generalAnswer(t, ref, ref.top, "k")
 		want[g] = rec
 	}
-	limited := &h.top.ps[0].m.N[decidedCache*metrics.NResults+metrics.Limited]
+	limited := &h.top.ps[0].Metrics.N[decidedCache*metrics.NResults+metrics.Limited]
 	before := atomic.LoadInt64(limited)
 	const workers, each, stride = 6, 40, 8 // a replacement every stride answers
 	type seen struct {

@@ -39,16 +39,16 @@ func TestPreparedRefusalsAreTheAnswer(t *testing.T) {
 			h := handlerOn(t, f.Addr(), tc.mutate)
 			now := 10 * time.Second
 			set := h.top
-			if len(h.set.rules) > 0 {
+			if len(h.set.Rules) > 0 {
 				set = h.policiesFor(httptest.NewRequest("GET", "/", nil))
 			}
 			set.denied.now = func() int64 { return int64(now) }
 			if rec := serve(h, "k"); rec.Code != 429 {
 				t.Fatalf("first request: %d, want a refusal from Redis", rec.Code)
 			}
-			limited := &set.ps[0].m.N[decidedCache*metrics.NResults+metrics.Limited]
+			limited := &set.ps[0].Metrics.N[decidedCache*metrics.NResults+metrics.Limited]
 			if len(set.ps) > 1 {
-				limited = &set.ps[1].m.N[decidedCache*metrics.NResults+metrics.Limited]
+				limited = &set.ps[1].Metrics.N[decidedCache*metrics.NResults+metrics.Limited]
 			}
 			for _, at := range []time.Duration{0, 1, 499, 500, 501, 699, 700, 999, 1000, 1499, 1500, 2199, 2200, 2699, 4499, 4500, 5000, 5499} {
 				if at >= tc.wait {
@@ -87,7 +87,7 @@ func TestPreparedRefusalsAreTheAnswer(t *testing.T) {
 
 // clientKeyOf is the key h's requests with API key k are charged under.
 func clientKeyOf(h *Tollgate, k string) string {
-	return hashKey(h.set.headerTag + k)
+	return hashKey(h.set.HeaderTag + k)
 }
 
 // A prepared answer is never used past the refusal: once the wait is over

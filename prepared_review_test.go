@@ -22,7 +22,7 @@ func generalAnswer(t *testing.T, h *Tollgate, set *policySet, k string) (*httpte
 	}
 	before := make([]int64, len(set.ps))
 	for i, p := range set.ps {
-		before[i] = atomic.LoadInt64(&p.m.N[decidedCache*metrics.NResults+metrics.Limited])
+		before[i] = atomic.LoadInt64(&p.Metrics.N[decidedCache*metrics.NResults+metrics.Limited])
 	}
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest("GET", "/", nil)
@@ -30,9 +30,9 @@ func generalAnswer(t *testing.T, h *Tollgate, set *policySet, k string) (*httpte
 	h.answer(rec, req, set, d, decidedCache)
 	counted := -1
 	for i, p := range set.ps {
-		if atomic.LoadInt64(&p.m.N[decidedCache*metrics.NResults+metrics.Limited]) != before[i] {
+		if atomic.LoadInt64(&p.Metrics.N[decidedCache*metrics.NResults+metrics.Limited]) != before[i] {
 			counted = i
-			atomic.AddInt64(&p.m.N[decidedCache*metrics.NResults+metrics.Limited], -1)
+			atomic.AddInt64(&p.Metrics.N[decidedCache*metrics.NResults+metrics.Limited], -1)
 		}
 	}
 	return rec, counted
@@ -71,12 +71,12 @@ func testWaitsAtTheirFloor(t *testing.T, headers string) {
 		now = 10*time.Second + at*time.Millisecond
 		before := [2]int64{}
 		for i, p := range set.ps {
-			before[i] = atomic.LoadInt64(&p.m.N[decidedCache*metrics.NResults+metrics.Limited])
+			before[i] = atomic.LoadInt64(&p.Metrics.N[decidedCache*metrics.NResults+metrics.Limited])
 		}
 		got := serve(h, "k")
 		counted := -1
 		for i, p := range set.ps {
-			if atomic.LoadInt64(&p.m.N[decidedCache*metrics.NResults+metrics.Limited]) != before[i] {
+			if atomic.LoadInt64(&p.Metrics.N[decidedCache*metrics.NResults+metrics.Limited]) != before[i] {
 				counted = i
 			}
 		}

@@ -27,14 +27,14 @@ const maxQuotas = 8
 // maxQuotaLimit bounds a quota's limit: the script's numbers stay exact.
 const maxQuotaLimit = 1000000000000
 
-// quotaShape is a quota's calendar: its limit, window and zone, and the
+// QuotaShape is a quota's calendar: its limit, window and zone, and the
 // windows around the last instant asked (window).
-type quotaShape struct {
-	limit  int64
-	kind   int
-	loc    *time.Location
-	mu     sync.Mutex
-	bounds []int64 // windowBounds at the last look; nil before the first
+type QuotaShape struct {
+	Limit  int64
+	Kind   int
+	Loc    *time.Location
+	Mu     sync.Mutex
+	Bounds []int64 // windowBounds at the last look; nil before the first
 }
 
 // quotaShiftUS moves the quotas' clock, the pod's and the script's alike,
@@ -49,15 +49,15 @@ func quotaNow() time.Time {
 
 // window returns the bounds of the windows around now (windowBounds),
 // computed again only when now has left the current one.
-func (q *quotaShape) window(now time.Time) []int64 {
+func (q *QuotaShape) window(now time.Time) []int64 {
 	us := quotaUS(now)
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.bounds == nil || us < q.bounds[1] || us >= q.bounds[2] {
-		b := windowBounds(q.kind, q.loc, now)
-		q.bounds = []int64{b[0], b[1], b[2], b[3]}
+	q.Mu.Lock()
+	defer q.Mu.Unlock()
+	if q.Bounds == nil || us < q.Bounds[1] || us >= q.Bounds[2] {
+		b := WindowBounds(q.Kind, q.Loc, now)
+		q.Bounds = []int64{b[0], b[1], b[2], b[3]}
 	}
-	return q.bounds
+	return q.Bounds
 }
 
 // windowsArg is a quota's windows as the scripts read them (quota.go).

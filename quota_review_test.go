@@ -31,7 +31,7 @@ func TestReviewQuotaWindowsContiguous(t *testing.T) {
 		}
 		for kind := windowHour; kind <= windowMonth; kind++ {
 			for x := from; x < to && bad < 10; x += step {
-				b := windowBounds(kind, loc, time.Unix(x, 0))
+				b := WindowBounds(kind, loc, time.Unix(x, 0))
 				us := x*1000000 - epochUS
 				if !(b[0] < b[1] && b[1] <= us && us < b[2] && b[2] < b[3]) {
 					t.Errorf("%s kind %d at %s: bounds %v do not hold it", z, kind, time.Unix(x, 0).In(loc), b)
@@ -39,8 +39,8 @@ func TestReviewQuotaWindowsContiguous(t *testing.T) {
 					continue
 				}
 				end := (b[2] + epochUS) / 1000000
-				nb := windowBounds(kind, loc, time.Unix(end, 0))
-				pb := windowBounds(kind, loc, time.Unix(end-1, 0))
+				nb := WindowBounds(kind, loc, time.Unix(end, 0))
+				pb := WindowBounds(kind, loc, time.Unix(end-1, 0))
 				if nb[1] != b[2] || nb[0] != b[1] || nb[2] != b[3] || pb[2] != b[2] || pb[1] != b[1] {
 					t.Errorf("%s kind %d at %s: window %v, at its end %v, a second before %v: not contiguous",
 						z, kind, time.Unix(x, 0).In(loc), b, nb, pb)
@@ -127,7 +127,7 @@ func TestReviewRateRefusalNotExtendedByQuota(t *testing.T) {
 	if ra, _ := strconv.Atoi(rec.Header().Get("Retry-After")); ra < 1 || ra > 60 {
 		t.Errorf("Retry-After %d, want the rate's wait (at most 60 s)", ra)
 	}
-	e := h.top.denied.entries[clientKey(h.set.class, "h:k")]
+	e := h.top.denied.entries[clientKey(h.set.Class, "h:k")]
 	if e == nil {
 		for k := range h.top.denied.entries {
 			e = h.top.denied.entries[k]
@@ -222,7 +222,7 @@ func TestReviewQuotaNamesDoNotShareCounters(t *testing.T) {
 func TestReviewQuotaWrongTypeCounter(t *testing.T) {
 	addr := redistest.Start(t)
 	h := quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 5, Window: "day"}}, nil)
-	b := windowBounds(windowDay, time.UTC, quotaNow())
+	b := WindowBounds(windowDay, time.UTC, quotaNow())
 	key := clientKey("api", "h:k") + ":daily@" + strconv.FormatInt(b[1]/1000000, 10)
 	redistest.Do(t, addr, "HSET", key, "f", "v")
 	codes := map[string]int{}
@@ -264,7 +264,7 @@ func TestReviewQuotaRateAllOrNothingConcurrent(t *testing.T) {
 		}(i)
 	}
 	wg.Wait()
-	b := windowBounds(windowDay, time.UTC, quotaNow())
+	b := WindowBounds(windowDay, time.UTC, quotaNow())
 	key := clientKey("api", "h:k") + ":daily@" + strconv.FormatInt(b[1]/1000000, 10)
 	got := redistest.Do(t, addr, "GET", key)
 	if passed != 30 || len(got) != 1 || got[0] != "30" {

@@ -55,7 +55,7 @@ func TestQuotaRefusesPastItsLimitUntilTheWindowEnds(t *testing.T) {
 			t.Fatalf("request %d: RateLimit %q, want the quota's r=%d", i, got, 5-i)
 		}
 	}
-	b := windowBounds(windowDay, time.UTC, quotaNow())
+	b := WindowBounds(windowDay, time.UTC, quotaNow())
 	rec := serve(h, "k")
 	if rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("the 6th: %d, want 429", rec.Code)
@@ -86,7 +86,7 @@ func TestQuotaAndRateAllOrNothing(t *testing.T) {
 	if passed, _ := sendAll(h, "k", 5); passed != 2 {
 		t.Fatalf("%d passed, want the burst, 2", passed)
 	}
-	b := windowBounds(windowMonth, time.UTC, quotaNow())
+	b := WindowBounds(windowMonth, time.UTC, quotaNow())
 	key := clientKey("api", "h:k") + ":monthly@" + strconv.FormatInt(b[1]/1000000, 10)
 	if got := redistest.Do(t, addr, "GET", key); len(got) != 1 || got[0] != "2" {
 		t.Errorf("the quota's counter %s: %v, want 2 (the 3 the rate refused took nothing)", key, got)
@@ -257,7 +257,7 @@ func TestQuotaConfigErrors(t *testing.T) {
 		cfg.Average, cfg.Burst = 10, 10
 		cfg.Quotas = []Quota{{Name: "daily", Limit: 10, Window: "day"}}
 		tc.mutate(cfg)
-		_, err := compile(cfg, "api")
+		_, err := Compile(cfg, "api")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error about %q", tc.desc, err, tc.want)
 		}
@@ -287,7 +287,7 @@ func TestQuotaRefusalsCountedUnderTheQuota(t *testing.T) {
 	addr := redistest.Start(t)
 	h := quotaHandler(t, addr, []Quota{{Name: "hourly", Limit: 1, Window: "hour"}}, func(c *Config) { c.Class = "quota-metrics" })
 	sendAll(h, "k", 3)
-	rate, quota := h.top.ps[0].m, h.top.ps[1].m
+	rate, quota := h.top.ps[0].Metrics, h.top.ps[1].Metrics
 	limited := func(m *metrics.Policy) int64 {
 		return m.N[metrics.ByRedis*metrics.NResults+metrics.Limited] + m.N[metrics.ByCache*metrics.NResults+metrics.Limited]
 	}
@@ -302,7 +302,7 @@ func TestQuotaAdmissionsCountedUnderTheLeastLeft(t *testing.T) {
 	if !h.plain {
 		t.Fatal("a rate and its quota: not ServeHTTP's plain path")
 	}
-	rate, quota := h.top.ps[0].m, h.top.ps[1].m
+	rate, quota := h.top.ps[0].Metrics, h.top.ps[1].Metrics
 	allowed := func(m *metrics.Policy) int64 { return m.N[metrics.ByRedis*metrics.NResults+metrics.Allowed] }
 	sendAll(h, "k", 3) // the rate keeps 97 of 100, the quota 7 of 10: counted under the quota
 	if allowed(quota) != 3 || allowed(rate) != 0 || quota.Near != 0 {

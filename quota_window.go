@@ -93,10 +93,10 @@ func zoneNameOK(name string) bool {
 	return name != "Factory"
 }
 
-// windowBounds returns, in µs since epochUS, the starts of the previous,
+// WindowBounds returns, in µs since epochUS, the starts of the previous,
 // the current and the next window of kind in loc at now, and the end of the
 // next: b[0] < b[1] <= now < b[2] < b[3].
-func windowBounds(kind int, loc *time.Location, now time.Time) [4]int64 {
+func WindowBounds(kind int, loc *time.Location, now time.Time) [4]int64 {
 	x := now.Unix() // whole seconds, rounded down: bounds are whole seconds
 	var s [4]int64
 	if kind == windowHour {

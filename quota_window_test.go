@@ -85,7 +85,7 @@ func TestWindowBoundsAtFixedInstants(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.desc, func(t *testing.T) {
-			b := windowBounds(c.kind, zone(t, c.zone), at(t, c.now))
+			b := WindowBounds(c.kind, zone(t, c.zone), at(t, c.now))
 			for i := 0; i < 4; i++ {
 				if want := sinceEpoch(at(t, c.want[i])); b[i] != want {
 					t.Errorf("b[%d] = %s, want %s", i, showUS(b[i]), showUS(want))
@@ -117,7 +117,7 @@ func TestWindowLengths(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.desc, func(t *testing.T) {
-			b := windowBounds(c.kind, zone(t, c.zone), at(t, c.now))
+			b := WindowBounds(c.kind, zone(t, c.zone), at(t, c.now))
 			if got := windowSeconds(b[1], b[2]); got != c.want {
 				t.Errorf("windowSeconds = %d, want %d", got, c.want)
 			}
@@ -160,18 +160,18 @@ func TestWindowBoundsInvariants(t *testing.T) {
 
 func checkWindow(t *testing.T, name string, kind int, loc *time.Location, now time.Time) {
 	t.Helper()
-	b := windowBounds(kind, loc, now)
+	b := WindowBounds(kind, loc, now)
 	n := sinceEpoch(now)
 	if !(b[0] < b[1] && b[1] <= n && n < b[2] && b[2] < b[3]) {
 		t.Fatalf("%s kind %d at %s: bounds %s %s %s %s out of order", name, kind, showUS(n), showUS(b[0]), showUS(b[1]), showUS(b[2]), showUS(b[3]))
 	}
 	first := time.UnixMicro(b[1] + epochUS)
 	for _, x := range []time.Time{first, time.UnixMicro(b[2] + epochUS - 1)} {
-		if c := windowBounds(kind, loc, x); c != b {
+		if c := WindowBounds(kind, loc, x); c != b {
 			t.Fatalf("%s kind %d: at %s the window is %s, at %s it is %s", name, kind, showUS(n), showUS(b[1]), x.UTC(), showUS(c[1]))
 		}
 	}
-	if c := windowBounds(kind, loc, time.UnixMicro(b[2]+epochUS)); c[0] != b[1] || c[1] != b[2] || c[2] != b[3] {
+	if c := WindowBounds(kind, loc, time.UnixMicro(b[2]+epochUS)); c[0] != b[1] || c[1] != b[2] || c[2] != b[3] {
 		t.Fatalf("%s kind %d at %s: the next window's bounds %s %s %s, want %s %s %s", name, kind, showUS(n),
 			showUS(c[0]), showUS(c[1]), showUS(c[2]), showUS(b[1]), showUS(b[2]), showUS(b[3]))
 	}

@@ -26,19 +26,19 @@ var (
 // Cluster) sought off the caller's clock. A failed dial counts against b's
 // breaker (dialFailed), a topology change lets its next probe through, a
 // failed refresh is logged as a failure.
-func connect(b *backend, set redisSettings) error {
+func connect(b *backend, set RedisSettings) error {
 	opts := redis.Options{
-		Mode: set.mode, Addr: set.addr, Endpoints: set.endpoints, MasterName: set.masterName,
-		SentinelUser: set.sentinelUser, SentinelPass: set.sentinelPass,
-		Username: set.username, Password: set.password, DB: set.db,
-		Timeout: set.timeout, PoolSize: set.poolSize, Script: bucket,
+		Mode: set.Mode, Addr: set.Addr, Endpoints: set.Endpoints, MasterName: set.MasterName,
+		SentinelUser: set.SentinelUser, SentinelPass: set.SentinelPass,
+		Username: set.Username, Password: set.Password, DB: set.Db,
+		Timeout: set.Timeout, PoolSize: set.PoolSize, Script: bucket,
 	}
-	if set.useTLS {
+	if set.UseTLS {
 		conf, err := tlsConfig(set)
 		if err != nil {
 			return err
 		}
-		if set.mode != redis.Standalone {
+		if set.Mode != redis.Standalone {
 			conf.ServerName = "" // each node is verified by its own address
 		}
 		opts.TLS = conf
@@ -65,34 +65,34 @@ type cmdParts struct {
 }
 
 // commandParts returns the call's shape over ps for client keys of keyLen.
-func commandParts(ps []*policy, keyLen int) cmdParts {
+func commandParts(ps []*Policy, keyLen int) cmdParts {
 	var c cmdParts
 	for _, p := range ps {
 		n := keyLen
-		if p.source != nil {
+		if p.Source != nil {
 			n = clientKeyLen
 		}
-		if p.conc != nil { // key#member (heldCall), the cap, maxDuration
-			if p.conc.class != "" {
-				n = len(p.conc.class)
+		if p.Cap != nil { // key#member (heldCall), the cap, maxDuration
+			if p.Cap.Class != "" {
+				n = len(p.Cap.Class)
 			}
 			c.lens = append(c.lens, n+1+memberLen)
-			c.suffixes = append(c.suffixes, p.keySuffix)
-			c.args = append(c.args, "0", strconv.FormatInt(p.conc.max, 10), strconv.FormatInt(p.conc.durUS, 10))
+			c.suffixes = append(c.suffixes, p.KeySuffix)
+			c.args = append(c.args, "0", strconv.FormatInt(p.Cap.Max, 10), strconv.FormatInt(p.Cap.DurUS, 10))
 			continue
 		}
 		c.lens = append(c.lens, n)
-		c.suffixes = append(c.suffixes, p.keySuffix)
-		if p.quota != nil { // -limit, the windows (quotaViewAt), cost
-			c.args = append(c.args, strconv.FormatInt(-p.quota.limit, 10), "", strconv.FormatFloat(p.lim.cost, 'g', -1, 64))
+		c.suffixes = append(c.suffixes, p.KeySuffix)
+		if p.Quota != nil { // -limit, the windows (quotaViewAt), cost
+			c.args = append(c.args, strconv.FormatInt(-p.Quota.Limit, 10), "", strconv.FormatFloat(p.Lim.Cost, 'g', -1, 64))
 			continue
 		}
-		c.args = append(c.args, strconv.FormatFloat(p.shard.interval, 'g', -1, 64),
-			strconv.FormatFloat(p.shard.burst, 'g', -1, 64), strconv.FormatFloat(p.shard.cost, 'g', -1, 64))
+		c.args = append(c.args, strconv.FormatFloat(p.Shard.Interval, 'g', -1, 64),
+			strconv.FormatFloat(p.Shard.Burst, 'g', -1, 64), strconv.FormatFloat(p.Shard.Cost, 'g', -1, 64))
 	}
-	if ps[0].regionPPM != 0 {
+	if ps[0].RegionPPM != 0 {
 		for _, p := range ps {
-			c.args = append(c.args, strconv.FormatInt(p.regionPPM, 10))
+			c.args = append(c.args, strconv.FormatInt(p.RegionPPM, 10))
 		}
 	}
 	return c
@@ -100,7 +100,7 @@ func commandParts(ps []*policy, keyLen int) cmdParts {
 
 // newCommand prepares the bucket script's call for policies ps, whose
 // keys are a client key of keyLen bytes plus each policy's keySuffix.
-func newCommand(ps []*policy, keyLen int) *redis.Command {
+func newCommand(ps []*Policy, keyLen int) *redis.Command {
 	c := commandParts(ps, keyLen)
 	return redis.NewCommand(bucket, c.lens, c.suffixes, c.args, checkDecision)
 }
@@ -125,34 +125,34 @@ func leaseCommand(c cmdParts, field string, max, ttlUS, pods int64, ask bool) *r
 // tlsConfig builds the TLS configuration of set: the server verified by
 // set.addr's host against tls.ca, or the system's roots when ca is empty,
 // and the client certificate when cert and key are set.
-func tlsConfig(set redisSettings) (*tls.Config, error) {
-	conf := &tls.Config{InsecureSkipVerify: set.tls.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
-	if host, _, err := net.SplitHostPort(set.addr); err == nil {
+func tlsConfig(set RedisSettings) (*tls.Config, error) {
+	conf := &tls.Config{InsecureSkipVerify: set.Tls.InsecureSkipVerify, MinVersion: tls.VersionTLS12}
+	if host, _, err := net.SplitHostPort(set.Addr); err == nil {
 		conf.ServerName = host
 	}
-	if set.tls.CA != "" {
-		pem, err := readConfigFile("redis.tls.ca", set.tls.CA, maxPEMFile)
+	if set.Tls.CA != "" {
+		pem, err := readConfigFile("redis.tls.ca", set.Tls.CA, maxPEMFile)
 		if err != nil {
 			return nil, err
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("redis.tls.ca: %q holds no PEM certificate", set.tls.CA)
+			return nil, fmt.Errorf("redis.tls.ca: %q holds no PEM certificate", set.Tls.CA)
 		}
 		conf.RootCAs = pool
 	}
-	if set.tls.Cert != "" {
-		cert, err := readConfigFile("redis.tls.cert", set.tls.Cert, maxPEMFile)
+	if set.Tls.Cert != "" {
+		cert, err := readConfigFile("redis.tls.cert", set.Tls.Cert, maxPEMFile)
 		if err != nil {
 			return nil, err
 		}
-		key, err := readConfigFile("redis.tls.key", set.tls.Key, maxPEMFile)
+		key, err := readConfigFile("redis.tls.key", set.Tls.Key, maxPEMFile)
 		if err != nil {
 			return nil, err
 		}
 		pair, err := tls.X509KeyPair(cert, key)
 		if err != nil {
-			return nil, fmt.Errorf("redis.tls.cert/key: loading %q and %q: %w", set.tls.Cert, set.tls.Key, err)
+			return nil, fmt.Errorf("redis.tls.cert/key: loading %q and %q: %w", set.Tls.Cert, set.Tls.Key, err)
 		}
 		conf.Certificates = []tls.Certificate{pair}
 	}

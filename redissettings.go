@@ -13,40 +13,40 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
-// redisSettings is a validated RedisConfig.
-type redisSettings struct {
-	name             string   // the redis label of the metrics (RedisConfig.Name)
-	mode             int      // redis.Standalone, redis.Sentinel, redis.Cluster
-	endpoints        []string // sentinels or seed nodes
-	masterName       string
-	sentinelUser     string
-	sentinelPass     string
-	addr             string // standalone: the server; a node's client: the node
-	username         string
-	password         string
-	db               int64
-	tls              TLSConfig
-	useTLS           bool
-	timeout          time.Duration
-	poolSize         int
-	pipeline         int // ignored (RedisConfig.Pipeline)
-	breakerThreshold int64
-	probeInterval    time.Duration
-	probeNS          int64 // probeInterval in ns, for the breaker
-	heartbeatNS      int64 // heartbeat interval in ns; 0: off
+// RedisSettings is a validated RedisConfig.
+type RedisSettings struct {
+	Name             string   // the redis label of the metrics (RedisConfig.Name)
+	Mode             int      // redis.Standalone, redis.Sentinel, redis.Cluster
+	Endpoints        []string // sentinels or seed nodes
+	MasterName       string
+	SentinelUser     string
+	SentinelPass     string
+	Addr             string // standalone: the server; a node's client: the node
+	Username         string
+	Password         string
+	Db               int64
+	Tls              TLSConfig
+	UseTLS           bool
+	Timeout          time.Duration
+	PoolSize         int
+	Pipeline         int // ignored (RedisConfig.Pipeline)
+	BreakerThreshold int64
+	ProbeInterval    time.Duration
+	ProbeNS          int64 // probeInterval in ns, for the breaker
+	HeartbeatNS      int64 // heartbeat interval in ns; 0: off
 }
 
-// connKey identifies a Redis connection in the registry: what changes the
+// ConnKey identifies a Redis connection in the registry: what changes the
 // connection, not how a check uses it (timeout, pool size, breaker
 // settings), so reloads that change limits or timeouts share one pool.
-func (r redisSettings) connKey() string {
-	return fmt.Sprintf("%d|%s|%s|%s|%s|%s|%s|%s|%d|%t|%s|%s|%s|%t", r.mode, strings.Join(r.endpoints, ","), r.masterName,
-		r.sentinelUser, r.sentinelPass, r.addr, r.username, r.password, r.db,
-		r.useTLS, r.tls.CA, r.tls.Cert, r.tls.Key, r.tls.InsecureSkipVerify)
+func (r RedisSettings) ConnKey() string {
+	return fmt.Sprintf("%d|%s|%s|%s|%s|%s|%s|%s|%d|%t|%s|%s|%s|%t", r.Mode, strings.Join(r.Endpoints, ","), r.MasterName,
+		r.SentinelUser, r.SentinelPass, r.Addr, r.Username, r.Password, r.Db,
+		r.UseTLS, r.Tls.CA, r.Tls.Cert, r.Tls.Key, r.Tls.InsecureSkipVerify)
 }
 
-func compileRedis(c *RedisConfig) (redisSettings, error) {
-	r := redisSettings{username: c.Username, password: c.Password, db: c.DB, tls: c.TLS}
+func CompileRedis(c *RedisConfig) (RedisSettings, error) {
+	r := RedisSettings{Username: c.Username, Password: c.Password, Db: c.DB, Tls: c.TLS}
 	var eps []string
 	for _, e := range c.Endpoints {
 		if e = strings.TrimSpace(e); e != "" {
@@ -61,21 +61,21 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 			return r, fmt.Errorf("redis.endpoints[%d]: %q is not host:port", i, e)
 		}
 	}
-	r.addr = eps[0]
-	r.endpoints = eps
-	r.name = strings.Join(eps, ",")
+	r.Addr = eps[0]
+	r.Endpoints = eps
+	r.Name = strings.Join(eps, ",")
 	switch strings.ToLower(strings.TrimSpace(c.Mode)) {
 	case "", "standalone":
-		r.mode = redis.Standalone
+		r.Mode = redis.Standalone
 	case "sentinel":
-		r.mode = redis.Sentinel
-		if r.masterName = strings.TrimSpace(c.MasterName); r.masterName == "" {
+		r.Mode = redis.Sentinel
+		if r.MasterName = strings.TrimSpace(c.MasterName); r.MasterName == "" {
 			return r, errors.New("redis.masterName: required in sentinel mode")
 		}
-		r.name = r.masterName
-		r.sentinelUser, r.sentinelPass = c.SentinelUsername, c.SentinelPassword
+		r.Name = r.MasterName
+		r.SentinelUser, r.SentinelPass = c.SentinelUsername, c.SentinelPassword
 	case "cluster":
-		r.mode = redis.Cluster
+		r.Mode = redis.Cluster
 		if c.DB != 0 {
 			return r, fmt.Errorf("redis.db: %d, but Redis Cluster has only database 0", c.DB)
 		}
@@ -83,23 +83,23 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 		return r, fmt.Errorf("redis.mode: %q is not standalone, sentinel or cluster", c.Mode)
 	}
 	if n := strings.TrimSpace(c.Name); n != "" {
-		if err := checkName("redis.name", n); err != nil {
+		if err := CheckName("redis.name", n); err != nil {
 			return r, err
 		}
-		r.name = n
+		r.Name = n
 	}
 	if c.SentinelPassword != "" && c.SentinelPasswordFile != "" {
 		return r, errors.New("redis.sentinelPassword and redis.sentinelPasswordFile are both set: use one")
 	}
 	if c.SentinelPasswordFile != "" {
-		if r.mode != redis.Sentinel {
+		if r.Mode != redis.Sentinel {
 			return r, errors.New("redis.sentinelPasswordFile: set, but redis.mode is not sentinel")
 		}
 		pass, err := readPasswordFile("redis.sentinelPasswordFile", c.SentinelPasswordFile)
 		if err != nil {
 			return r, err
 		}
-		r.sentinelPass = pass
+		r.SentinelPass = pass
 	}
 	if c.Password != "" && c.PasswordFile != "" {
 		return r, errors.New("redis.password and redis.passwordFile are both set: use one")
@@ -109,7 +109,7 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 		if err != nil {
 			return r, err
 		}
-		r.password = pass
+		r.Password = pass
 	}
 	if c.DB < 0 {
 		return r, fmt.Errorf("redis.db: %d is negative", c.DB)
@@ -117,20 +117,20 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		return r, errors.New("redis.tls: cert and key must be set together")
 	}
-	r.useTLS = c.TLS.Enabled || c.TLS.CA != "" || c.TLS.Cert != "" || c.TLS.InsecureSkipVerify
+	r.UseTLS = c.TLS.Enabled || c.TLS.CA != "" || c.TLS.Cert != "" || c.TLS.InsecureSkipVerify
 	var err error
 	to := c.Timeout
 	if strings.TrimSpace(to) == "" {
 		to = defaultTimeout
 	}
-	if r.timeout, err = positiveDuration("redis.timeout", to); err != nil {
+	if r.Timeout, err = positiveDuration("redis.timeout", to); err != nil {
 		return r, err
 	}
 	pi := c.ProbeInterval
 	if strings.TrimSpace(pi) == "" {
 		pi = defaultProbeInterval
 	}
-	if r.probeInterval, err = positiveDuration("redis.probeInterval", pi); err != nil {
+	if r.ProbeInterval, err = positiveDuration("redis.probeInterval", pi); err != nil {
 		return r, err
 	}
 	hb := c.Heartbeat
@@ -144,7 +144,7 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 	if beat != 0 && beat < 100*time.Millisecond {
 		return r, fmt.Errorf("redis.heartbeat: %q is shorter than 100ms (0 turns it off)", c.Heartbeat)
 	}
-	r.heartbeatNS = int64(beat)
+	r.HeartbeatNS = int64(beat)
 	if err := nonNegative("redis.poolSize", c.PoolSize); err != nil {
 		return r, err
 	}
@@ -157,9 +157,9 @@ func compileRedis(c *RedisConfig) (redisSettings, error) {
 	if c.Pipeline > 64 {
 		return r, fmt.Errorf("redis.pipeline: %d lanes, at most 64", c.Pipeline)
 	}
-	r.pipeline = int(c.Pipeline)
-	r.poolSize = int(orDefault(c.PoolSize, defaultPoolSize))
-	r.breakerThreshold = orDefault(c.BreakerThreshold, defaultBreakerThreshold)
-	r.probeNS = int64(r.probeInterval)
+	r.Pipeline = int(c.Pipeline)
+	r.PoolSize = int(orDefault(c.PoolSize, defaultPoolSize))
+	r.BreakerThreshold = orDefault(c.BreakerThreshold, defaultBreakerThreshold)
+	r.ProbeNS = int64(r.ProbeInterval)
 	return r, nil
 }

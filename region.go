@@ -25,11 +25,11 @@ const (
 
 // compileRegion validates c (nil: no region) against this region's own
 // Redis.
-func compileRegion(c *RegionConfig, own redisSettings) (*regions.Settings, []redisSettings, error) {
+func compileRegion(c *RegionConfig, own RedisSettings) (*regions.Settings, []RedisSettings, error) {
 	if c == nil {
 		return nil, nil, nil
 	}
-	if err := checkName("region.name", strings.TrimSpace(c.Name)); err != nil {
+	if err := CheckName("region.name", strings.TrimSpace(c.Name)); err != nil {
 		return nil, nil, err
 	}
 	name := strings.TrimSpace(c.Name)
@@ -56,13 +56,13 @@ func compileRegion(c *RegionConfig, own redisSettings) (*regions.Settings, []red
 	}
 	var peerNames []string
 	var weights []int64
-	var peers []redisSettings
+	var peers []RedisSettings
 	names := []string{name}
-	conns := map[string]string{own.connKey(): "this region's redis"}
+	conns := map[string]string{own.ConnKey(): "this region's redis"}
 	for i, pc := range c.Peers {
 		field := fmt.Sprintf("region.peers[%d]", i)
 		name := strings.TrimSpace(pc.Name)
-		if err := checkName(field+".name", name); err != nil {
+		if err := CheckName(field+".name", name); err != nil {
 			return nil, nil, err
 		}
 		for _, n := range names {
@@ -78,27 +78,27 @@ func compileRegion(c *RegionConfig, own redisSettings) (*regions.Settings, []red
 		if strings.TrimSpace(to) == "" {
 			to = defaultPeerTimeout
 		}
-		r, err := compileRedis(&RedisConfig{Mode: pc.Mode, Endpoints: pc.Endpoints, MasterName: pc.MasterName,
+		r, err := CompileRedis(&RedisConfig{Mode: pc.Mode, Endpoints: pc.Endpoints, MasterName: pc.MasterName,
 			SentinelUsername: pc.SentinelUsername, SentinelPassword: pc.SentinelPassword, SentinelPasswordFile: pc.SentinelPasswordFile,
 			Username: pc.Username, Password: pc.Password, PasswordFile: pc.PasswordFile, DB: pc.DB, TLS: pc.TLS, Timeout: to})
 		if err != nil {
 			return nil, nil, errors.New(strings.Replace(err.Error(), "redis.", field+".", 1))
 		}
-		if other, ok := conns[r.connKey()]; ok {
+		if other, ok := conns[r.ConnKey()]; ok {
 			return nil, nil, fmt.Errorf("%s: its Redis is %s too: each region needs its own", field, other)
 		}
-		conns[r.connKey()] = field
-		r.poolSize = 0 // the exchange's own connection only (redisClient.onSide)
-		r.heartbeatNS = 0
-		r.name = "region:" + name
+		conns[r.ConnKey()] = field
+		r.PoolSize = 0 // the exchange's own connection only (redisClient.onSide)
+		r.HeartbeatNS = 0
+		r.Name = "region:" + name
 		peers = append(peers, r)
 		peerNames = append(peerNames, name)
 		weights = append(weights, w)
 		names = append(names, name)
 	}
-	keyParts := []string{name, strconv.FormatInt(int64(interval), 10), strconv.FormatInt(weight, 10), own.connKey()}
+	keyParts := []string{name, strconv.FormatInt(int64(interval), 10), strconv.FormatInt(weight, 10), own.ConnKey()}
 	for i, p := range peers {
-		keyParts = append(keyParts, peerNames[i], strconv.FormatInt(weights[i], 10), p.connKey(), p.timeout.String())
+		keyParts = append(keyParts, peerNames[i], strconv.FormatInt(weights[i], 10), p.ConnKey(), p.Timeout.String())
 	}
 	return regions.NewSettings(name, interval, weight, peerNames, weights, strings.Join(keyParts, "\x00")), peers, nil
 }
@@ -119,11 +119,11 @@ func regionWeight(field string, w int64) (int64, error) {
 // token left, whatever the region's share of the burst); cached: the
 // deny cache refused it (regions.Notes.Note). Rules keyed their own way
 // and policies that fail closed hold the static share, and are not noted.
-func noteRegion(n *regions.Notes, ps []*policy, key string, d []int64, cached bool) {
+func noteRegion(n *regions.Notes, ps []*Policy, key string, d []int64, cached bool) {
 	for i, p := range ps {
-		if p.regionPPM <= 0 || (d[2+3*i] == 0 && d[1+3*i] > 0) {
+		if p.RegionPPM <= 0 || (d[2+3*i] == 0 && d[1+3*i] > 0) {
 			continue
 		}
-		n.Note(key+p.keySuffix, int64(p.shard.cost), cached)
+		n.Note(key+p.KeySuffix, int64(p.Shard.Cost), cached)
 	}
 }

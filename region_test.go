@@ -39,7 +39,7 @@ func regionPair(t *testing.T, class string, mutate func(*Config)) (a, b *Tollgat
 func exchangerOf(t *Tollgate) *regions.Exchanger {
 	shared.regionsMu.Lock()
 	defer shared.regionsMu.Unlock()
-	return shared.regions[t.set.region.Key]
+	return shared.regions[t.set.Region.Key]
 }
 
 // shareIn reads a bucket's share in a region's Redis, ppm; 0: untracked.
@@ -96,14 +96,14 @@ func TestRegionSharesFollowTraffic(t *testing.T) {
 }
 
 func TestRegionStaticShares(t *testing.T) {
-	rs, peers, err := compileRegion(&RegionConfig{Name: "eu", Weight: 3, Peers: []PeerConfig{{Name: "us", Endpoints: []string{"127.0.0.1:2"}}}}, redisSettings{addr: "127.0.0.1:1"})
+	rs, peers, err := compileRegion(&RegionConfig{Name: "eu", Weight: 3, Peers: []PeerConfig{{Name: "us", Endpoints: []string{"127.0.0.1:2"}}}}, RedisSettings{Addr: "127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs.Static != 750000 || rs.Floor != 75000 || rs.Peers[0].Static != 250000 || rs.Interval != defaultInterval || peers[0].timeout != time.Second {
-		t.Errorf("weights 3:1: static %d floor %d, peer %d; interval %s, peer timeout %s", rs.Static, rs.Floor, rs.Peers[0].Static, rs.Interval, peers[0].timeout)
+	if rs.Static != 750000 || rs.Floor != 75000 || rs.Peers[0].Static != 250000 || rs.Interval != defaultInterval || peers[0].Timeout != time.Second {
+		t.Errorf("weights 3:1: static %d floor %d, peer %d; interval %s, peer timeout %s", rs.Static, rs.Floor, rs.Peers[0].Static, rs.Interval, peers[0].Timeout)
 	}
-	if rs, _, err := compileRegion(&RegionConfig{Name: "eu", Interval: "2", Peers: []PeerConfig{{Name: "us", Endpoints: []string{"127.0.0.1:2"}}}}, redisSettings{addr: "127.0.0.1:1"}); err != nil || rs.Interval != 2*time.Second {
+	if rs, _, err := compileRegion(&RegionConfig{Name: "eu", Interval: "2", Peers: []PeerConfig{{Name: "us", Endpoints: []string{"127.0.0.1:2"}}}}, RedisSettings{Addr: "127.0.0.1:1"}); err != nil || rs.Interval != 2*time.Second {
 		t.Errorf("interval \"2\" (bare seconds): %v, %v", rs, err)
 	}
 }

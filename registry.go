@@ -107,8 +107,8 @@ const maxClaims = 1024
 
 // backend returns the backend for set's connection, creating it on first
 // use, and reclaims backends left idle by reloads. The latest poolSize wins.
-func (r *registry) backend(set redisSettings) (*backend, error) {
-	key := set.connKey()
+func (r *registry) backend(set RedisSettings) (*backend, error) {
+	key := set.ConnKey()
 	now := r.now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -122,10 +122,10 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 	if b, ok := r.backends[key]; ok {
 		atomic.StoreInt64(&b.lastUsed, now)
 		b.rc.Touch()
-		if set.poolSize == 0 {
+		if set.PoolSize == 0 {
 			return b, nil // a peer region's Redis, for the exchange only: the checks' settings stay
 		}
-		b.rc.SetPoolSize(set.poolSize)
+		b.rc.SetPoolSize(set.PoolSize)
 		b.setMu.Lock()
 		b.set = set
 		b.setMu.Unlock()
@@ -148,7 +148,7 @@ func (r *registry) backend(set redisSettings) (*backend, error) {
 // exchangerFor returns the exchange of rs (peers: its peers' Redis) on
 // own, creating it on first use, and binds it now: its loop is started
 // unless it runs.
-func (r *registry) exchangerFor(rs *regions.Settings, peers []redisSettings, own *backend) (*regions.Exchanger, error) {
+func (r *registry) exchangerFor(rs *regions.Settings, peers []RedisSettings, own *backend) (*regions.Exchanger, error) {
 	now := r.now()
 	r.regionsMu.Lock()
 	defer r.regionsMu.Unlock()
@@ -200,7 +200,7 @@ func addCounters(row *metrics.RedisRow, b *backend) {
 // retire keeps the counters of b, which the registry forgets, under its
 // name, so that the name's totals never go down. Requires r.mu held.
 func (r *registry) retire(b *backend) {
-	name := b.latest().name
+	name := b.latest().Name
 	row := r.retired[name]
 	if row == nil {
 		if len(r.retired) >= metrics.MaxPolicies {

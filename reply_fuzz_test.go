@@ -14,7 +14,7 @@ import (
 )
 
 // mustPolicy is a policy of 60 requests a minute, burst 5, cost 1.
-func mustPolicy(t testing.TB) *policy {
+func mustPolicy(t testing.TB) *Policy {
 	t.Helper()
 	p, err := compileLimit("", 60, "1m", 5, 1)
 	if err != nil {
@@ -55,25 +55,25 @@ func FuzzExchangeReply(f *testing.F) {
 		f.Add(seed)
 	}
 	key := clientKey("api", "192.0.2.1")
-	set := newPolicySet([]*policy{mustPolicy(f)}, len(key))
+	set := newPolicySet([]*Policy{mustPolicy(f)}, len(key))
 	f.Fuzz(func(t *testing.T, reply string) {
 		fake := redistest.StartFake(t, reply)
 		cfg := CreateConfig()
 		cfg.Average = 10
 		cfg.Redis.Endpoints = []string{fake.Addr()}
 		cfg.Redis.Timeout = "100ms"
-		s, err := compile(cfg, "api")
+		s, err := Compile(cfg, "api")
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := newRegistry().backend(s.redis)
+		b, err := newRegistry().backend(s.Redis)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { b.rc.CloseIdle() })
 		atomic.StoreInt64(&b.lastLog, b.now()) // no failure logged (one per probe interval)
 		d := make([]int64, set.decisionLen)
-		if err := b.check(set.cmd, key, d, &s.redis, nil); err == nil && !wellFormed(d) {
+		if err := b.check(set.cmd, key, d, &s.Redis, nil); err == nil && !wellFormed(d) {
 			t.Fatalf("reply %q accepted as decision %v", reply, d)
 		}
 	})

@@ -66,7 +66,7 @@ func TestRuleMethods(t *testing.T) {
 		set := tg.policiesFor(httptest.NewRequest(tc.method, "/", nil))
 		got := ""
 		if set != nil && len(set.ps) > 1 {
-			got = set.ps[1].name
+			got = set.ps[1].Name
 		}
 		if got != tc.want {
 			t.Errorf("%s: rule %q, want %q", tc.method, got, tc.want)

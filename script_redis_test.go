@@ -181,16 +181,16 @@ func TestLuaScriptOnRedisMatchesTwin(t *testing.T) {
 			cfg := CreateConfig()
 			cfg.Class = "live"
 			tc.config(cfg)
-			s, err := compile(cfg, "live@file")
+			s, err := Compile(cfg, "live@file")
 			if err != nil {
 				t.Fatal(err)
 			}
-			ps := []*policy{s.top}
-			ps = append(ps, s.rules...)
-			set := newPolicySet(ps, s.keyLen)
-			key := clientKey(s.class, tc.desc)
-			if len(key) != s.keyLen {
-				t.Fatalf("key %q: %d bytes, the command is prepared for %d", key, len(key), s.keyLen)
+			ps := []*Policy{s.Top}
+			ps = append(ps, s.Rules...)
+			set := newPolicySet(ps, s.KeyLen)
+			key := clientKey(s.Class, tc.desc)
+			if len(key) != s.KeyLen {
+				t.Fatalf("key %q: %d bytes, the command is prepared for %d", key, len(key), s.KeyLen)
 			}
 			walkLive(t, addr, set, key, tc.steps)
 		})
@@ -219,9 +219,9 @@ func walkLive(t *testing.T, addr string, set *policySet, key string, steps []liv
 	br := bufio.NewReader(nc)
 	n := len(set.ps)
 	keys := set.localKeys(key) // the script's KEYS, as appendCall writes them
-	lims := make([]limit, n)
+	lims := make([]Limit, n)
 	for i, p := range set.ps {
-		lims[i] = p.shard // the ARGV newCommand writes
+		lims[i] = p.Shard // the ARGV newCommand writes
 	}
 	var prev []int64
 	for i, st := range steps {
@@ -354,7 +354,7 @@ func liveCall(t *testing.T, nc net.Conn, br *bufio.Reader, cmd *redis.Command, e
 // given the state the script read, decides as the script did and leaves
 // the state Redis holds after it; "" when there is one, else what differs
 // at r.ta.
-func twinExplains(lims []limit, r *liveResult) string {
+func twinExplains(lims []Limit, r *liveResult) string {
 	// A key that expires between the GET and the script changes nothing:
 	// keys expire at their TAT or later (never earlier: measured, 200
 	// keys of a 1 ms interval), and a TAT that has passed is a full
@@ -370,7 +370,7 @@ func twinExplains(lims []limit, r *liveResult) string {
 
 // twinAt compares takeAll at now, on the state pre (raw values), with r:
 // "" when they agree.
-func twinAt(lims []limit, pre []int64, now int64, r *liveResult) string {
+func twinAt(lims []Limit, pre []int64, now int64, r *liveResult) string {
 	n := len(lims)
 	tats := make([]float64, n)
 	for i, v := range pre {
@@ -381,7 +381,7 @@ func twinAt(lims []limit, pre []int64, now int64, r *liveResult) string {
 	fnow := float64(now)
 	clamped := make([]bool, n)
 	for i := range lims {
-		clamped[i] = tats[i] > fnow+lims[i].interval*lims[i].burst
+		clamped[i] = tats[i] > fnow+lims[i].Interval*lims[i].Burst
 	}
 	d := make([]int64, decisionLen(n))
 	ok := takeAll(lims, tats, fnow, d)

@@ -14,14 +14,14 @@ func TestTLSEnabledUsesTheSystemRoots(t *testing.T) {
 	cfg.Average = 1
 	cfg.Redis.Endpoints = []string{"redis.example:6380"}
 	cfg.Redis.TLS.Enabled = true
-	s, err := compile(cfg, "api")
+	s, err := Compile(cfg, "api")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.redis.useTLS {
+	if !s.Redis.UseTLS {
 		t.Fatal("tls.enabled: TLS off")
 	}
-	conf, err := tlsConfig(s.redis)
+	conf, err := tlsConfig(s.Redis)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,20 +13,20 @@ func TestShardsSplitTheLimit(t *testing.T) {
 	cfg := CreateConfig()
 	cfg.Average, cfg.Period, cfg.Burst, cfg.Shards = 100, "1m", 20, 4
 	cfg.Rules = []Rule{{Name: "search", Average: 40, Burst: 8}}
-	s, err := compile(cfg, "api")
+	s, err := Compile(cfg, "api")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []*policy{s.top, s.rules[0]} {
-		if p.shard.interval != 4*p.lim.interval || p.shard.burst != p.lim.burst/4 || p.shard.cost != p.lim.cost {
-			t.Fatalf("%s: shard %+v of %+v, want 1/4 of the rate and burst", p.name, p.shard, p.lim)
+	for _, p := range []*Policy{s.Top, s.Rules[0]} {
+		if p.Shard.Interval != 4*p.Lim.Interval || p.Shard.Burst != p.Lim.Burst/4 || p.Shard.Cost != p.Lim.Cost {
+			t.Fatalf("%s: shard %+v of %+v, want 1/4 of the rate and burst", p.Name, p.Shard, p.Lim)
 		}
 		// The local fallback shares the whole limit, not a shard's.
-		if l := p.localShare(1); l != p.lim {
-			t.Fatalf("%s: local share %+v, want the whole limit %+v", p.name, l, p.lim)
+		if l := p.localShare(1); l != p.Lim {
+			t.Fatalf("%s: local share %+v, want the whole limit %+v", p.Name, l, p.Lim)
 		}
 	}
-	set := newPolicySet([]*policy{s.top}, s.keyLen)
+	set := newPolicySet([]*Policy{s.Top}, s.KeyLen)
 	if call := string(set.cmd.Append(nil, "k", false)); !strings.Contains(call, "\r\n$1\r\n5\r\n") {
 		t.Fatalf("call %q does not carry the shard's burst 5", call)
 	}
@@ -39,12 +39,12 @@ func TestShardKeys(t *testing.T) {
 	}{{1, 14}, {4, 16}, {16, 17}, {1024, 19}} {
 		cfg := CreateConfig()
 		cfg.Average, cfg.Burst, cfg.Shards = 100, 2000, tc.shards
-		s, err := compile(cfg, "api")
+		s, err := Compile(cfg, "api")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.keyLen != tc.keyLen {
-			t.Fatalf("%d shards: key length %d, want %d", tc.shards, s.keyLen, tc.keyLen)
+		if s.KeyLen != tc.keyLen {
+			t.Fatalf("%d shards: key length %d, want %d", tc.shards, s.KeyLen, tc.keyLen)
 		}
 		if tc.shards == 1 {
 			continue
@@ -53,8 +53,8 @@ func TestShardKeys(t *testing.T) {
 		seen := map[string]bool{}
 		for i := 0; i < 100*int(tc.shards); i++ {
 			k := s.shardKey(key)
-			if len(k) != s.keyLen || !strings.HasPrefix(k, key[:len(key)-1]+":") || !strings.HasSuffix(k, "}") || strings.Count(k, "}") != 1 {
-				t.Fatalf("shard key %q of %q: want %s:<n>} of length %d", k, key, key[:len(key)-1], s.keyLen)
+			if len(k) != s.KeyLen || !strings.HasPrefix(k, key[:len(key)-1]+":") || !strings.HasSuffix(k, "}") || strings.Count(k, "}") != 1 {
+				t.Fatalf("shard key %q of %q: want %s:<n>} of length %d", k, key, key[:len(key)-1], s.KeyLen)
 			}
 			seen[k] = true
 		}
@@ -107,7 +107,7 @@ func TestShardingErrorBound(t *testing.T) {
 		if err := p.split(int64(tc.shards)); err != nil {
 			t.Fatal(err)
 		}
-		lims := []limit{p.shard}
+		lims := []Limit{p.Shard}
 		const trials, capped = 2000, 20
 		wantCap := tc.burst - tc.burst%tc.shards // the shards' whole tokens
 		total, sumSq, worst := 0.0, 0.0, tc.burst

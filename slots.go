@@ -12,11 +12,11 @@ import (
 	"time"
 )
 
-// concShape is a compiled Concurrency.
-type concShape struct {
-	max   int64
-	class string // the owner's class key (key: class): tg{c:<class>}; "" per client
-	durUS int64  // maxDuration, µs
+// CapShape is a compiled Concurrency.
+type CapShape struct {
+	Max   int64
+	Class string // the owner's class key (key: class): tg{c:<class>}; "" per client
+	DurUS int64  // maxDuration, µs
 }
 
 const (

@@ -14,13 +14,13 @@ import (
 	"strings"
 )
 
-// sourceCriterion is a compiled SourceCriterion.
-type sourceCriterion struct {
-	header     string // canonical header name; "" when not keyed by header
-	host       bool
-	depth      int
-	excluded   []*net.IPNet
-	ipv6Subnet int
+// Source is a compiled SourceCriterion.
+type Source struct {
+	Header     string // canonical header name; "" when not keyed by header
+	Host       bool
+	Depth      int
+	Excluded   []*net.IPNet
+	Ipv6Subnet int
 }
 
 // defaultIPv6Subnet groups IPv6 clients by /64 unless ipv6Subnet says
@@ -29,16 +29,16 @@ type sourceCriterion struct {
 // default) lets one client multiply its limit by 2^64.
 const defaultIPv6Subnet = 64
 
-func compileSource(c *SourceCriterion) (sourceCriterion, error) {
-	s := sourceCriterion{ipv6Subnet: defaultIPv6Subnet}
+func compileSource(c *SourceCriterion) (Source, error) {
+	s := Source{Ipv6Subnet: defaultIPv6Subnet}
 	if c == nil {
 		return s, nil
 	}
 	if c.RequestHeaderName != "" {
-		s.header = http.CanonicalHeaderKey(strings.TrimSpace(c.RequestHeaderName))
+		s.Header = http.CanonicalHeaderKey(strings.TrimSpace(c.RequestHeaderName))
 	}
 	if c.RequestHost {
-		s.host = true
+		s.Host = true
 	}
 	if c.RequestHost && (c.RequestHeaderName != "" || c.IPStrategy != nil) {
 		return s, errors.New("sourceCriterion: requestHost keys by the Host alone: set no requestHeaderName or ipStrategy with it")
@@ -47,16 +47,16 @@ func compileSource(c *SourceCriterion) (sourceCriterion, error) {
 		if ip.Depth < 0 {
 			return s, fmt.Errorf("sourceCriterion.ipStrategy.depth: %d is negative", ip.Depth)
 		}
-		s.depth = int(ip.Depth)
+		s.Depth = int(ip.Depth)
 		var err error
-		if s.excluded, err = parseCIDRs("sourceCriterion.ipStrategy.excludedIPs", ip.ExcludedIPs); err != nil {
+		if s.Excluded, err = parseCIDRs("sourceCriterion.ipStrategy.excludedIPs", ip.ExcludedIPs); err != nil {
 			return s, err
 		}
 		if ip.IPv6Subnet < 0 || ip.IPv6Subnet > 128 {
 			return s, fmt.Errorf("sourceCriterion.ipStrategy.ipv6Subnet: %d is not between 0 and 128", ip.IPv6Subnet)
 		}
 		if ip.IPv6Subnet != 0 {
-			s.ipv6Subnet = int(ip.IPv6Subnet)
+			s.Ipv6Subnet = int(ip.IPv6Subnet)
 		}
 	}
 	return s, nil
@@ -97,12 +97,12 @@ func parseCIDRs(field string, list []string) ([]*net.IPNet, error) {
 // backend still authenticates the first). A request without the header,
 // or whose first line is empty, is keyed by its client IP under the IP
 // strategy.
-func (s *sourceCriterion) identity(req *http.Request) string {
-	if s.header != "" {
-		if v := req.Header[s.header]; len(v) > 0 && v[0] != "" {
+func (s *Source) identity(req *http.Request) string {
+	if s.Header != "" {
+		if v := req.Header[s.Header]; len(v) > 0 && v[0] != "" {
 			return "h:" + v[0]
 		}
-	} else if s.host {
+	} else if s.Host {
 		return "host:" + req.Host
 	}
 	return "ip:" + s.clientIP(req)
@@ -115,13 +115,13 @@ func (s *sourceCriterion) identity(req *http.Request) string {
 // short). When the strategy finds nothing (depth beyond the list, every
 // address excluded) the connection's address is used, so a client can
 // never empty its own key.
-func (s *sourceCriterion) clientIP(req *http.Request) string {
+func (s *Source) clientIP(req *http.Request) string {
 	ip, addr := s.clientAddr(req)
 	if ip == nil {
 		return addr // not an IP (a Unix socket): as it is
 	}
-	if ip.To4() == nil && s.ipv6Subnet < 128 {
-		ip = ip.Mask(net.CIDRMask(s.ipv6Subnet, 128))
+	if ip.To4() == nil && s.Ipv6Subnet < 128 {
+		ip = ip.Mask(net.CIDRMask(s.Ipv6Subnet, 128))
 	}
 	return ip.String()
 }
@@ -129,13 +129,13 @@ func (s *sourceCriterion) clientIP(req *http.Request) string {
 // clientAddr is the client IP by the strategy (see clientIP), whole, and
 // "" when the strategy found it; else the connection's address, with its
 // IP (nil when it is none).
-func (s *sourceCriterion) clientAddr(req *http.Request) (net.IP, string) {
+func (s *Source) clientAddr(req *http.Request) (net.IP, string) {
 	var ip net.IP
-	if s.depth > 0 || len(s.excluded) > 0 {
+	if s.Depth > 0 || len(s.Excluded) > 0 {
 		xff := strings.Split(strings.Join(req.Header.Values("X-Forwarded-For"), ","), ",")
-		if s.depth > 0 {
-			if s.depth <= len(xff) {
-				ip = forwardedIP(xff[len(xff)-s.depth])
+		if s.Depth > 0 {
+			if s.Depth <= len(xff) {
+				ip = forwardedIP(xff[len(xff)-s.Depth])
 			}
 		} else {
 			for i := len(xff) - 1; i >= 0; i-- {
@@ -176,9 +176,9 @@ func forwardedIP(e string) net.IP {
 // exempt reports whether req's client IP (by the strategy) is in one of
 // ranges. When a strategy reads an X-Forwarded-For and finds no address
 // there, the connection's (a proxy's) is not the client's: not exempt.
-func (s *sourceCriterion) exempt(req *http.Request, ranges []*net.IPNet) bool {
+func (s *Source) exempt(req *http.Request, ranges []*net.IPNet) bool {
 	ip, addr := s.clientAddr(req)
-	if ip == nil || addr != "" && (s.depth > 0 || len(s.excluded) > 0) && len(req.Header["X-Forwarded-For"]) > 0 {
+	if ip == nil || addr != "" && (s.Depth > 0 || len(s.Excluded) > 0) && len(req.Header["X-Forwarded-For"]) > 0 {
 		return false
 	}
 	for _, n := range ranges {
@@ -189,8 +189,8 @@ func (s *sourceCriterion) exempt(req *http.Request, ranges []*net.IPNet) bool {
 	return false
 }
 
-func (s *sourceCriterion) isExcluded(ip net.IP) bool {
-	for _, n := range s.excluded {
+func (s *Source) isExcluded(ip net.IP) bool {
+	for _, n := range s.Excluded {
 		if n.Contains(ip) {
 			return true
 		}

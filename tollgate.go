@@ -27,7 +27,7 @@ import (
 // the ResponseWriter it was given (never a wrapper), or answers itself.
 type Tollgate struct {
 	next   http.Handler
-	set    *settings
+	set    *Settings
 	be     *backend
 	local  *localBuckets
 	top    *policySet     // the set when no rule matches; nil without a top-level limit

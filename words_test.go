@@ -56,7 +56,7 @@ func TestUnknownWords(t *testing.T) {
 			cfg := CreateConfig()
 			cfg.Average = 10
 			tc.set(cfg)
-			_, err := compile(cfg, "api@file")
+			_, err := Compile(cfg, "api@file")
 			if tc.want == "" {
 				if err != nil {
 					t.Fatalf("compile: %v", err)
