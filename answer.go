@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 )
 
@@ -62,7 +64,7 @@ func (t *Tollgate) prepared(s *policySet) *policySet {
 	if !s.shadow && t.notes == nil {
 		decision, headers := t.set.Decision, t.set.Headers
 		s.denied.prepare = func(d []int64) *refusal { return prepareRefusal(decision, headers, s, d) }
-		s.denied.showsFull = headers&(headersLegacy|headersDraft07) != 0
+		s.denied.showsFull = headers&(config.HeadersLegacy|config.HeadersDraft07) != 0
 	}
 	return s
 }
@@ -97,7 +99,7 @@ func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
 // and returns the retry time, in seconds.
 func (t *Tollgate) unavailableHeaders(rw http.ResponseWriter, set *policySet) int64 {
 	retry := ceilSecs(t.set.Redis.ProbeNS / 1e6)
-	if t.set.Headers&headersIETF != 0 {
+	if t.set.Headers&config.HeadersIETF != 0 {
 		// No budget is known; r=0 with the retry time keeps "every
 		// response carries RateLimit" true and tells SDKs to pause.
 		rw.Header().Set("RateLimit-Policy", set.policyHeader)
@@ -186,7 +188,7 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 // the header that names the client), and the charge is the client's the
 // request was decided for.
 func chargeKeys(t *Tollgate, req *http.Request, set *policySet) []string {
-	keys := clientKeys(t, set, req, clientKey(t.set.Class, t.set.Source.identity(req)))
+	keys := clientKeys(t, set, req, bucket.ClientKey(t.set.Class, identity(&t.set.Source, req)))
 	for i, p := range set.ps {
 		keys[i] += p.KeySuffix
 	}
@@ -219,7 +221,7 @@ func (t *Tollgate) chargeResponse(rw http.ResponseWriter, set *policySet, keys [
 		}
 		amount := strconv.FormatInt(extra, 10)
 		if p.Quota != nil {
-			c.args = append(c.args, strconv.FormatInt(-p.Quota.Limit, 10), windowsArg(p.Quota.window(quotaNow())), amount)
+			c.args = append(c.args, strconv.FormatInt(-p.Quota.Limit, 10), windowsArg(quotaWindow(p.Quota, quotaNow())), amount)
 		} else {
 			c.args = append(c.args, strconv.FormatFloat(p.Lim.Interval, 'g', -1, 64), strconv.FormatFloat(p.Lim.Burst, 'g', -1, 64), amount)
 		}
@@ -242,7 +244,7 @@ func (t *Tollgate) serveNext(rw http.ResponseWriter, req *http.Request, set, hel
 		keys = chargeKeys(t, req, set) // before next, which may change req (a middleware that strips the key)
 	}
 	if held != nil && held.held && (hhow == decidedRedis || hhow == decidedLocal) {
-		hk := heldKeys(t, held, req, clientKey(t.set.Class, t.set.Source.identity(req)))
+		hk := heldKeys(t, held, req, bucket.ClientKey(t.set.Class, identity(&t.set.Source, req)))
 		for _, p := range held.ps {
 			if p.Cap != nil {
 				atomic.AddInt64(&p.Metrics.InFlight, 1)
@@ -290,4 +292,75 @@ func release(t *Tollgate, set *policySet, keys []string, call string, d []int64,
 	if t.be.rc.Check(set.give, call, make([]int64, 1), t.set.Redis.Timeout) != nil {
 		returnSlots(t, set, call)
 	}
+}
+
+// Counting a request under the policy that decided it (internal/metrics
+// holds the counters and writes them).
+
+// count counts a request decided how with decision d, under the policy
+// that decided it (decider), and the admitted policies near their limit:
+// of the burst they were decided on (the pod's share, for the fallback).
+func count(set *policySet, d []int64, how int) {
+	res := metrics.Allowed
+	if how == decidedUnavailable {
+		res = metrics.Unavailable
+	} else if d[0] != 1 {
+		res = metrics.Limited
+	}
+	atomic.AddInt64(counter(set, d, how, res), 1)
+	if res != metrics.Allowed {
+		return
+	}
+	var locals []bucket.Limit
+	if how == decidedLocal {
+		set.localsMu.Lock()
+		locals = set.locals
+		set.localsMu.Unlock()
+	}
+	for i, p := range set.ps {
+		burst := p.Lim.Burst
+		if i < len(locals) {
+			burst = locals[i].Burst
+		}
+		if 5*d[1+3*i] < int64(burst) {
+			atomic.AddInt64(&p.Metrics.Near, 1)
+		}
+	}
+}
+
+// counter is the count of result res of requests decided how, under the
+// policy that decided decision d (decider).
+func counter(set *policySet, d []int64, how, res int) *int64 {
+	i := 0 // one policy: it decided (a refusal's common case, the deny cache's)
+	if len(set.ps) > 1 {
+		i = decider(set, d, how)
+	}
+	return &set.ps[i].Metrics.N[how*metrics.NResults+res]
+}
+
+// decider returns the index of the policy a request is counted under: for
+// a 503, the first that fails closed (an enforcing one first); for a
+// refusal, the one with the longest wait (an enforcing one first); for an
+// admission, the one with the least of its burst left.
+func decider(set *policySet, d []int64, how int) int {
+	best := -1
+	for i, p := range set.ps {
+		var better bool
+		switch {
+		case how == decidedUnavailable:
+			better = p.FailClosed && (best < 0 || set.ps[best].Shadow && !p.Shadow)
+		case d[0] != 1:
+			better = d[2+3*i] > 0 && (best < 0 || set.ps[best].Shadow && !p.Shadow ||
+				set.ps[best].Shadow == p.Shadow && d[2+3*i] > d[2+3*best])
+		default:
+			better = best < 0 || float64(d[1+3*i])/p.Lim.Burst < float64(d[1+3*best])/set.ps[best].Lim.Burst
+		}
+		if better {
+			best = i
+		}
+	}
+	if best < 0 {
+		return 0
+	}
+	return best
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
@@ -38,14 +39,14 @@ var errBreakerOpen = errors.New("tollgate: redis circuit breaker open")
 // or a Cluster) with its pools, breaker and counters. Safe for concurrent
 // use; counters are updated atomically. Times are monotonic ns (internal/clock).
 type backend struct {
-	rc      *redis.Client // the deployment (redisconn.go)
-	pool    *redis.Pool   // standalone: the server's pool (the hot path's); nil otherwise
-	base    RedisSettings // the first New's: its mode, endpoints and credentials make the backend
+	rc      *redis.Client        // the deployment (redisconn.go)
+	pool    *redis.Pool          // standalone: the server's pool (the hot path's); nil otherwise
+	base    config.RedisSettings // the first New's: its mode, endpoints and credentials make the backend
 	breaker *breaker
 	now     func() int64 // monotonic (internal/clock)
 
 	setMu sync.Mutex
-	set   RedisSettings // the latest New's, for what runs outside a check (dials, probes)
+	set   config.RedisSettings // the latest New's, for what runs outside a check (dials, probes)
 
 	beatsMu sync.Mutex
 	beats   map[string]*heartbeat // by class (heartbeat.go)
@@ -67,12 +68,12 @@ type backend struct {
 	leasesMu      sync.Mutex
 	leases        *leaseTable  // made on first use (leasesOf)
 	giveBacksLost int64        // leases whose give-back failed
-	charges       *chargeQueue // response costs to charge (charge.go), made on first use
+	charges       *chargeQueue // response costs to charge (costs.go), made on first use
 }
 
 // check asks Redis, through the breaker, for decision d, with the caller's
 // timeout and breaker settings, and records the outcome (redisCheck).
-func (b *backend) check(cmd *redis.Command, key string, d []int64, o *RedisSettings, hb *heartbeat) error {
+func (b *backend) check(cmd *redis.Command, key string, d []int64, o *config.RedisSettings, hb *heartbeat) error {
 	return redisCheck(b, cmd, key, d, o, hb)
 }
 
@@ -84,7 +85,7 @@ func (b *backend) check(cmd *redis.Command, key string, d []int64, o *RedisSetti
 //
 // hb, when not nil, is the caller's class heartbeat: a successful check
 // starts one when it is due (heartbeat.go).
-func redisCheck(b *backend, cmd *redis.Command, key string, d []int64, o *RedisSettings, hb *heartbeat) error {
+func redisCheck(b *backend, cmd *redis.Command, key string, d []int64, o *config.RedisSettings, hb *heartbeat) error {
 	ns := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
 	atomic.StoreInt64(&b.lastUsed, ns)
 	if b.pool == nil || atomic.LoadInt64(&b.breaker.nextProbe) != 0 {
@@ -107,7 +108,7 @@ func redisCheck(b *backend, cmd *redis.Command, key string, d []int64, o *RedisS
 // tick is redisCheck's rare bookkeeping after a success begun at ns: the
 // breaker's window rolled, the check timed (the clock's low bits pick one
 // in metrics.HistSample), a heartbeat due.
-func (b *backend) tick(hb *heartbeat, ns int64, o *RedisSettings) {
+func (b *backend) tick(hb *heartbeat, ns int64, o *config.RedisSettings) {
 	if ns&(histSample-1) == 0 {
 		b.metrics.Observe(b.now() - ns)
 	}
@@ -131,7 +132,7 @@ func skipping(b *backend, ns int64) bool {
 
 // checkOther is redisCheck for a topology (sentinel, cluster) or while
 // the breaker is open.
-func (b *backend) checkOther(cmd *redis.Command, key string, d []int64, o *RedisSettings, hb *heartbeat, ns int64) error {
+func (b *backend) checkOther(cmd *redis.Command, key string, d []int64, o *config.RedisSettings, hb *heartbeat, ns int64) error {
 	if atomic.LoadInt64(&b.breaker.nextProbe) != 0 && !b.breaker.allow(ns, o.ProbeNS) {
 		b.skip()
 		return errBreakerOpen
@@ -165,7 +166,7 @@ func podFault(err error) bool {
 
 // failedCheck records a failed check begun at start (timed when the
 // clock's low bits pick it, as tick does).
-func (b *backend) failedCheck(start int64, err error, o *RedisSettings) {
+func (b *backend) failedCheck(start int64, err error, o *config.RedisSettings) {
 	now := b.now()
 	if start&(histSample-1) == 0 {
 		b.metrics.Observe(now - start)
@@ -176,7 +177,7 @@ func (b *backend) failedCheck(start int64, err error, o *RedisSettings) {
 // failed records a failed check at ns. A check without a connection because
 // dials fail (redis.ErrDialFailed) counts like any other; the failed dial was
 // counted and logged, with its cause, by dialFailed.
-func (b *backend) failed(ns int64, err error, o *RedisSettings) {
+func (b *backend) failed(ns int64, err error, o *config.RedisSettings) {
 	if b.base.Mode != redis.Standalone && err != redis.ErrQueueFull {
 		b.rc.Refresh() // a node down, a failover, a slot moved
 	}
@@ -229,13 +230,13 @@ func (b *backend) used() int64 {
 }
 
 // latest returns the latest New's settings.
-func (b *backend) latest() RedisSettings {
+func (b *backend) latest() config.RedisSettings {
 	b.setMu.Lock()
 	defer b.setMu.Unlock()
 	return b.set
 }
 
-func (b *backend) logFailure(now int64, err error, o *RedisSettings) {
+func (b *backend) logFailure(now int64, err error, o *config.RedisSettings) {
 	last := atomic.LoadInt64(&b.lastLog)
 	if last != 0 && now-last < o.ProbeNS || !atomic.CompareAndSwapInt64(&b.lastLog, last, now) {
 		return
@@ -353,7 +354,7 @@ func (b *backend) heartbeatFor(class string, now int64) *heartbeat {
 // just did, and starts the backend's heartbeat goroutine unless it runs:
 // one goroutine per Redis sends every class asked for in one batch, so
 // many classes cost one connection and one round trip or two.
-func (b *backend) beat(hb *heartbeat, ns int64, o *RedisSettings) {
+func (b *backend) beat(hb *heartbeat, ns int64, o *config.RedisSettings) {
 	last := atomic.LoadInt64(&hb.last)
 	if ns-last < o.HeartbeatNS || !atomic.CompareAndSwapInt64(&hb.last, last, ns) {
 		return

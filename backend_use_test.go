@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
 	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
@@ -19,9 +21,9 @@ import (
 // the next New of another connection.
 func TestExchangeKeepsBackendsInUse(t *testing.T) {
 	own, peer := redistest.Start(t), redistest.Start(t)
-	tg := handlerOn(t, own, func(c *Config) {
+	tg := handlerOn(t, own, func(c *config.Config) {
 		c.Class = uniqueName("region")
-		c.Region = &RegionConfig{Name: "a", Interval: "100ms", Peers: []PeerConfig{{Name: "b", Endpoints: []string{peer}}}}
+		c.Region = &config.RegionConfig{Name: "a", Interval: "100ms", Peers: []config.PeerConfig{{Name: "b", Endpoints: []string{peer}}}}
 	})
 	var pb *backend
 	shared.mu.Lock()
@@ -63,7 +65,7 @@ func TestExchangeKeepsBackendsInUse(t *testing.T) {
 // The sentinel watcher runs while checks come: a check the open breaker
 // skips is one (the watcher's idle clock, the client's LastUsed, moves).
 func TestSkippedCheckKeepsSentinelWatcher(t *testing.T) {
-	set := RedisSettings{Mode: redis.Sentinel, Endpoints: []string{"127.0.0.1:" + redistest.FreePort(t)}, MasterName: "m",
+	set := config.RedisSettings{Mode: redis.Sentinel, Endpoints: []string{"127.0.0.1:" + redistest.FreePort(t)}, MasterName: "m",
 		Timeout: 5 * time.Millisecond, PoolSize: 1, ProbeNS: int64(time.Hour)}
 	b := &backend{base: set, breaker: &breaker{}, now: clock.Mono, set: set, lastUsed: clock.Mono()}
 	if err := connect(b, set); err != nil {
@@ -73,7 +75,7 @@ func TestSkippedCheckKeepsSentinelWatcher(t *testing.T) {
 	atomic.StoreInt32(&b.probing, 1)                                       // as if the prober ran
 	before := b.rc.LastUsed()
 	time.Sleep(2 * time.Millisecond)
-	cmd := newCommand([]*Policy{{Shard: Limit{Interval: 1, Burst: 1, Cost: 1}}}, 14)
+	cmd := newCommand([]*config.Policy{{Shard: bucket.Limit{Interval: 1, Burst: 1, Cost: 1}}}, 14)
 	if err := redisCheck(b, cmd, "tg{0123456789}", make([]int64, 4), &set, nil); err != errBreakerOpen {
 		t.Fatalf("check: %v, want the breaker open", err)
 	}

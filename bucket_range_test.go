@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
@@ -37,13 +39,13 @@ func TestRefillBound(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			cfg := CreateConfig()
 			cfg.Average, cfg.Period, cfg.Burst = tc.average, tc.period, tc.burst
-			_, err := Compile(cfg, "api@file")
+			_, err := config.Compile(cfg, "api@file")
 			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
 				t.Fatalf("compile: %v, want %q", err, tc.err)
 			}
 			cfg = CreateConfig()
-			cfg.Rules = []Rule{{Name: "r", Average: tc.average, Period: tc.period, Burst: tc.burst}}
-			_, err = Compile(cfg, "api@file")
+			cfg.Rules = []config.Rule{{Name: "r", Average: tc.average, Period: tc.period, Burst: tc.burst}}
+			_, err = config.Compile(cfg, "api@file")
 			if tc.err != "" && (err == nil || !strings.HasPrefix(err.Error(), "rules[0].burst: ")) {
 				t.Fatalf("a rule: %v, want rules[0].burst refused", err)
 			}
@@ -55,7 +57,7 @@ func TestRefillBound(t *testing.T) {
 // 8760h, emptied by one request) refuses the next request.
 func TestLongestBucketOnRedis(t *testing.T) {
 	addr := redistest.Start(t)
-	h := handlerOn(t, addr, func(c *Config) {
+	h := handlerOn(t, addr, func(c *config.Config) {
 		c.Class = uniqueName("long")
 		c.Average, c.Period, c.Burst, c.Cost = 1, "8760h", 100, 100
 	})
@@ -71,7 +73,7 @@ func TestLongestBucketOnRedis(t *testing.T) {
 // request at 1/share of the rate: a TAT some 8,000 years ahead, which the
 // script's %d stored as a negative number, so that every request found a
 // full bucket. The script and its Go twin refuse the second request, with
-// waits cut at maxWaitMS.
+// waits cut at MaxWaitMS.
 func TestRegionShareOfLongBucketOnRedis(t *testing.T) {
 	addr := redistest.Start(t)
 	nc, err := net.Dial("tcp", addr)
@@ -82,7 +84,7 @@ func TestRegionShareOfLongBucketOnRedis(t *testing.T) {
 	br := bufio.NewReader(nc)
 	interval := float64(8760*time.Hour/time.Microsecond) / 1
 	call := func() string {
-		args := []string{bucketScript, "1", "tg{region-long}", strconv.FormatFloat(interval, 'g', -1, 64), "1", "1", "-124"}
+		args := []string{bucket.BucketScript, "1", "tg{region-long}", strconv.FormatFloat(interval, 'g', -1, 64), "1", "1", "-124"}
 		if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
 			t.Fatal(err)
 		}
@@ -97,31 +99,31 @@ func TestRegionShareOfLongBucketOnRedis(t *testing.T) {
 	}
 	// The twin, at the share the script charges.
 	sh := 124.0 / ppm
-	lims := []Limit{{Interval: interval / sh, Burst: 1, Cost: 1}}
+	lims := []bucket.Limit{{Interval: interval / sh, Burst: 1, Cost: 1}}
 	tats := []float64{0}
-	d := make([]int64, decisionLen(1))
-	max := strconv.FormatInt(maxWaitMS, 10)
+	d := make([]int64, bucket.DecisionLen(1))
+	max := strconv.FormatInt(bucket.MaxWaitMS, 10)
 	for i, want := range []string{"+1 0 " + max + " " + max, "+0 0 " + max + " " + max} {
 		got := call()
 		if got != want {
 			t.Fatalf("call %d: %q, want %q", i, got, want)
 		}
-		takeAll(lims, tats, 1e14, d)
+		bucket.TakeAll(lims, tats, 1e14, d)
 		if twin := "+" + strconv.FormatInt(d[0], 10) + " " + strconv.FormatInt(d[1], 10) + " " + strconv.FormatInt(d[2], 10) + " " + strconv.FormatInt(d[3], 10); twin != want {
 			t.Fatalf("call %d: the twin says %q, want %q", i, twin, want)
 		}
 	}
 }
 
-// TestCeilMSBounded: the twin cuts waits at maxWaitMS, as the script does;
+// TestCeilMSBounded: the twin cuts waits at MaxWaitMS, as the script does;
 // beyond an int64, Go's conversion of a float is undefined.
 func TestCeilMSBounded(t *testing.T) {
-	for _, us := range []float64{maxWaitMS * 1000, maxWaitMS*1000 + 1, 1e25, math.Inf(1)} {
-		if got := ceilMS(us); got != maxWaitMS {
-			t.Errorf("ceilMS(%g) = %d, want %d", us, got, int64(maxWaitMS))
+	for _, us := range []float64{bucket.MaxWaitMS * 1000, bucket.MaxWaitMS*1000 + 1, 1e25, math.Inf(1)} {
+		if got := bucket.CeilMS(us); got != bucket.MaxWaitMS {
+			t.Errorf("CeilMS(%g) = %d, want %d", us, got, int64(bucket.MaxWaitMS))
 		}
 	}
-	if got := ceilMS(1500); got != 2 {
-		t.Errorf("ceilMS(1500) = %d, want 2", got)
+	if got := bucket.CeilMS(1500); got != 2 {
+		t.Errorf("CeilMS(1500) = %d, want 2", got)
 	}
 }

@@ -3,6 +3,8 @@ package tollgate
 import (
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/bucket"
 )
 
 // A step of a bucket walk: at instant at (seconds from t0) a request is
@@ -15,13 +17,13 @@ type step struct {
 	fullMS    int64
 }
 
-func walk(t *testing.T, l Limit, steps []step) {
+func walk(t *testing.T, l bucket.Limit, steps []step) {
 	t.Helper()
-	const t0 = 1e12 // µs since epochUS, an arbitrary instant
+	const t0 = 1e12 // µs since EpochUS, an arbitrary instant
 	tats := []float64{0}
-	d := make([]int64, decisionLen(1))
+	d := make([]int64, bucket.DecisionLen(1))
 	for i, s := range steps {
-		ok := takeAll([]Limit{l}, tats, t0+s.at*1e6, d)
+		ok := bucket.TakeAll([]bucket.Limit{l}, tats, t0+s.at*1e6, d)
 		if ok != s.ok || (d[0] == 1) != ok {
 			t.Fatalf("step %d (t=%gs): allowed = %t (d[0] = %d), want %t", i, s.at, ok, d[0], s.ok)
 		}
@@ -34,10 +36,10 @@ func walk(t *testing.T, l Limit, steps []step) {
 
 func TestBucketSteps(t *testing.T) {
 	// 1 token per second (interval 1e6 µs).
-	perSecond := func(burst, cost float64) Limit { return Limit{Interval: 1e6, Burst: burst, Cost: cost} }
+	perSecond := func(burst, cost float64) bucket.Limit { return bucket.Limit{Interval: 1e6, Burst: burst, Cost: cost} }
 	for _, tc := range []struct {
 		desc  string
-		lim   Limit
+		lim   bucket.Limit
 		steps []step
 	}{
 		{
@@ -96,7 +98,7 @@ func TestBucketSteps(t *testing.T) {
 		},
 		{
 			desc: "a fractional interval (100 per minute) admits exactly burst at once",
-			lim:  Limit{Interval: 60e6 / 100, Burst: 20, Cost: 1},
+			lim:  bucket.Limit{Interval: 60e6 / 100, Burst: 20, Cost: 1},
 			steps: func() []step {
 				var s []step
 				for i := int64(0); i < 20; i++ {
@@ -111,7 +113,7 @@ func TestBucketSteps(t *testing.T) {
 		},
 		{
 			desc: "a third of a second per token accumulates no rounding error",
-			lim:  Limit{Interval: 1e6 / 3, Burst: 3, Cost: 1},
+			lim:  bucket.Limit{Interval: 1e6 / 3, Burst: 3, Cost: 1},
 			steps: []step{
 				{at: 0, ok: true, remaining: 2, fullMS: 334},
 				{at: 0, ok: true, remaining: 1, fullMS: 667},
@@ -125,16 +127,16 @@ func TestBucketSteps(t *testing.T) {
 }
 
 func TestTakeAllIsAllOrNothing(t *testing.T) {
-	wide := Limit{Interval: 1e6, Burst: 10, Cost: 1}
-	narrow := Limit{Interval: 1e6, Burst: 1, Cost: 1}
-	lims := []Limit{wide, narrow}
+	wide := bucket.Limit{Interval: 1e6, Burst: 10, Cost: 1}
+	narrow := bucket.Limit{Interval: 1e6, Burst: 1, Cost: 1}
+	lims := []bucket.Limit{wide, narrow}
 	tats := []float64{0, 0}
-	d := make([]int64, decisionLen(2))
-	if !takeAll(lims, tats, 1e12, d) {
+	d := make([]int64, bucket.DecisionLen(2))
+	if !bucket.TakeAll(lims, tats, 1e12, d) {
 		t.Fatal("step 0: allowed = false, want true")
 	}
 	before := tats[0]
-	if takeAll(lims, tats, 1e12, d) {
+	if bucket.TakeAll(lims, tats, 1e12, d) {
 		t.Fatal("step 1: allowed = true, want false (narrow is empty)")
 	}
 	if tats[0] != before {
@@ -148,14 +150,14 @@ func TestTakeAllIsAllOrNothing(t *testing.T) {
 func TestLuaScriptKeepsItsContract(t *testing.T) {
 	// The Go side relies on these: the reply shape and the epoch.
 	for _, want := range []string{"redis.call('TIME')", "- 1700000000", "redis.status_reply", "'PX'", "redis.replicate_commands"} {
-		if !strings.Contains(bucketScript, want) {
-			t.Fatalf("bucketScript lacks %q", want)
+		if !strings.Contains(bucket.BucketScript, want) {
+			t.Fatalf("BucketScript lacks %q", want)
 		}
 	}
-	if epochUS != 1700000000*1000000 {
-		t.Fatalf("epochUS = %d, out of step with the script", int64(epochUS))
+	if bucket.EpochUS != 1700000000*1000000 {
+		t.Fatalf("EpochUS = %d, out of step with the script", int64(bucket.EpochUS))
 	}
-	if len(bucket.SHA) != 40 {
-		t.Fatalf("bucket.SHA = %q", bucket.SHA)
+	if len(bucketScr.SHA) != 40 {
+		t.Fatalf("bucketScr.SHA = %q", bucketScr.SHA)
 	}
 }

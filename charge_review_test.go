@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -20,14 +21,14 @@ func TestReviewResponseCostChargesTheDecidedClient(t *testing.T) {
 	addr := redistest.Start(t)
 	cfg := CreateConfig()
 	cfg.Average, cfg.Period, cfg.Burst = 100000, "1m", 100000
-	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
+	cfg.SourceCriterion = &config.SourceCriterion{RequestHeaderName: "X-API-Key"}
 	cfg.Redis.Endpoints = []string{addr}
 	cfg.Redis.Timeout = "500ms"
 	cfg.Redis.Username = fmt.Sprintf("test-%d", atomic.AddInt64(&backendSeq, 1))
 	cfg.Class = fmt.Sprintf("cost-%d", atomic.AddInt64(&backendSeq, 1))
 	cfg.DecisionHeader = "X-Decision"
-	cfg.ResponseCost = &ResponseCost{Header: "X-Usage-Tokens", Max: 1000}
-	cfg.Quotas = []Quota{{Name: "month", Limit: 100, Window: "month"}}
+	cfg.ResponseCost = &config.ResponseCost{Header: "X-Usage-Tokens", Max: 1000}
+	cfg.Quotas = []config.Quota{{Name: "month", Limit: 100, Window: "month"}}
 	next := http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
 		req.Header.Del("X-API-Key") // a headers middleware stripping the key
 		rw.Header().Set("X-Usage-Tokens", "40")
@@ -61,13 +62,13 @@ func TestReviewResponseCostChargesTheDecidedClient(t *testing.T) {
 // response, whatever API key asks.
 func TestReviewResponseCostClusterOwnKeys(t *testing.T) {
 	addr := redistest.StartCluster(t)
-	h := costHandler(t, addr, func() []string { return []string{"40"} }, func(c *Config) {
+	h := costHandler(t, addr, func() []string { return []string{"40"} }, func(c *config.Config) {
 		c.Average, c.Burst = 100000, 100000
 		c.Redis.Mode = "cluster"
-		c.Rules = []Rule{{Name: "tenant", PathPrefix: "/", Average: 100000, Period: "1m", Burst: 100000,
-			SourceCriterion: &SourceCriterion{RequestHeaderName: "X-Tenant"},
-			ResponseCost:    &ResponseCost{Header: "X-Usage-Tokens", Max: 1000},
-			Quotas:          []Quota{{Name: "tenantmonth", Limit: 100, Window: "month"}}}}
+		c.Rules = []config.Rule{{Name: "tenant", PathPrefix: "/", Average: 100000, Period: "1m", Burst: 100000,
+			SourceCriterion: &config.SourceCriterion{RequestHeaderName: "X-Tenant"},
+			ResponseCost:    &config.ResponseCost{Header: "X-Usage-Tokens", Max: 1000},
+			Quotas:          []config.Quota{{Name: "tenantmonth", Limit: 100, Window: "month"}}}}
 	})
 	send := func(key, tenant string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", "/", nil)

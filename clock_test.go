@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
@@ -21,18 +22,23 @@ import (
 // intervals, and a clock stepped either way only skews a round
 // (TestRegionClockSteps).
 func TestDurationsUseTheMonotonicClock(t *testing.T) {
-	entries, err := os.ReadDir(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	allowed := map[string]bool{"heartbeat.go:newInstanceID": true, "exchange.go:loop": true, "exchange.go:sleepUntil": true}
 	fset := token.NewFileSet()
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-			continue
+	var names []string
+	for _, dir := range []string{".", "internal/bucket", "internal/config"} {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
 		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
+		for _, e := range entries {
+			if n := e.Name(); strings.HasSuffix(n, ".go") && !strings.HasSuffix(n, "_test.go") {
+				names = append(names, dir+"/"+n)
+			}
+		}
+	}
+	for _, path := range names {
+		name := strings.TrimPrefix(path, "./")
+		f, err := parser.ParseFile(fset, path, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +56,7 @@ func TestDurationsUseTheMonotonicClock(t *testing.T) {
 				case "Unix", "UnixNano", "UnixMicro", "UnixMilli":
 					// Calendar quotas' windows are the wall clock's by
 					// nature (the script picks one on Redis's TIME).
-					if !allowed[name+":"+fn.Name.Name] && name != "quota.go" && name != "quota_window.go" {
+					if !allowed[name+":"+fn.Name.Name] && name != "quota.go" && name != "internal/bucket/window.go" {
 						t.Errorf("%s: %s reads the wall clock (%s): measure durations on the clock.Mono clock (clock.go)", fset.Position(sel.Pos()), fn.Name.Name, sel.Sel.Name)
 					}
 				}
@@ -63,5 +69,27 @@ func TestDurationsUseTheMonotonicClock(t *testing.T) {
 func TestReaderHoldsTheLongestDecision(t *testing.T) {
 	if maxDecisionLine > redis.MaxLine {
 		t.Fatalf("the longest decision (%d bytes) does not fit the reply reader (%d)", maxDecisionLine, redis.MaxLine)
+	}
+}
+
+// TestDecidedMatchesMetrics: the request path's decided* constants are
+// the metrics' decision indexes (a request is counted under the way it was
+// decided), written out so that the path reads no other package's
+// constant; decidedAnswered is one past them.
+func TestDecidedMatchesMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		desc      string
+		got, want int
+	}{
+		{"redis", decidedRedis, metrics.ByRedis},
+		{"local", decidedLocal, metrics.ByLocal},
+		{"lease", decidedLease, metrics.ByLease},
+		{"unavailable", decidedUnavailable, metrics.ByUnavailable},
+		{"cache", decidedCache, metrics.ByCache},
+		{"answered", decidedAnswered, metrics.NDecisions},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("decided %s = %d, the metrics' index is %d", tc.desc, tc.got, tc.want)
+		}
 	}
 }

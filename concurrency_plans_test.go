@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -32,11 +33,11 @@ func TestConcurrencyOfPlansAndRules(t *testing.T) {
 	// every plan's clients; a plan's own cap is its clients' alone.
 	addr := redistest.Start(t)
 	g := newGate()
-	h := capHandler(t, addr, g, Concurrency{Max: 3, Key: "class", Name: "reports"}, func(c *Config) {
+	h := capHandler(t, addr, g, config.Concurrency{Max: 3, Key: "class", Name: "reports"}, func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 100, "1m", 100
 		c.PlanHeader = "X-Plan"
-		c.Plans = []Plan{{Name: "free", Average: 100, Period: "1m", Burst: 100},
-			{Name: "pro", Average: 100, Period: "1m", Burst: 100, Concurrency: &Concurrency{Max: 2, Key: "class"}}}
+		c.Plans = []config.Plan{{Name: "free", Average: 100, Period: "1m", Burst: 100},
+			{Name: "pro", Average: 100, Period: "1m", Burst: 100, Concurrency: &config.Concurrency{Max: 2, Key: "class"}}}
 	})
 	recs, done := burstPlans(h, 8, func(i int) string { return []string{"free", ""}[i%2] })
 	waitArrived(t, g, 3)
@@ -76,10 +77,10 @@ func TestConcurrencyOfARuleKeyedItsOwnWay(t *testing.T) {
 	// A rule keyed by IP caps each address, whatever API key it sends.
 	addr := redistest.Start(t)
 	g := newGate()
-	h := capHandler(t, addr, g, Concurrency{Max: 100}, func(c *Config) {
+	h := capHandler(t, addr, g, config.Concurrency{Max: 100}, func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 100, "1m", 100
-		c.Rules = []Rule{{Name: "sms", PathPrefix: "/sms", Average: 100, Period: "1m", Burst: 100,
-			SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: 0}}, Concurrency: &Concurrency{Max: 1}}}
+		c.Rules = []config.Rule{{Name: "sms", PathPrefix: "/sms", Average: 100, Period: "1m", Burst: 100,
+			SourceCriterion: &config.SourceCriterion{IPStrategy: &config.IPStrategy{Depth: 0}}, Concurrency: &config.Concurrency{Max: 1}}}
 	})
 	recs := make([]*httptest.ResponseRecorder, 4)
 	var done sync.WaitGroup
@@ -106,7 +107,7 @@ func TestConcurrencyInACluster(t *testing.T) {
 	// slot's node, given back call by call, many clients at once.
 	addr := redistest.StartCluster(t)
 	g := newGate()
-	h := capHandler(t, addr, g, Concurrency{Max: 2}, func(c *Config) {
+	h := capHandler(t, addr, g, config.Concurrency{Max: 2}, func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 1000, "1m", 1000
 		c.Redis.Mode = "cluster"
 	})

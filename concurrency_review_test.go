@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -42,16 +44,16 @@ func TestReviewConcExactFarAboveThePool(t *testing.T) {
 	addr := redistest.Start(t)
 	for _, tc := range []struct {
 		desc    string
-		c       Concurrency
+		c       config.Concurrency
 		clients int
 		want    int // admitted
 	}{
-		{"class", Concurrency{Max: 7, Key: "class"}, 300, 7},
-		{"client", Concurrency{Max: 4}, 3, 12},
+		{"class", config.Concurrency{Max: 7, Key: "class"}, 300, 7},
+		{"client", config.Concurrency{Max: 4}, 3, 12},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			g := newGate()
-			h := capHandler(t, addr, g, tc.c, func(c *Config) { c.Redis.PoolSize = 4 })
+			h := capHandler(t, addr, g, tc.c, func(c *config.Config) { c.Redis.PoolSize = 4 })
 			recs, done := burst(h, g, 300, func(i int) string { return fmt.Sprint("c", i%tc.clients) })
 			waitArrived(t, g, tc.want)
 			waitRefused(t, recs, 300-tc.want)
@@ -111,15 +113,15 @@ func TestReviewConcMembersOfPodsDiffer(t *testing.T) {
 func TestReviewConcCapNamesClash(t *testing.T) {
 	for _, tc := range []struct {
 		desc   string
-		mutate func(*Config)
+		mutate func(*config.Config)
 	}{
-		{"a plan's cap and a rule's cap", func(c *Config) {
-			c.Plans = []Plan{{Name: "pro", Average: 10, Period: "1m", Concurrency: &Concurrency{Max: 2, Name: "x"}}}
-			c.Rules = []Rule{{Name: "r", Average: 10, Period: "1m", Concurrency: &Concurrency{Max: 2, Name: "x"}}}
+		{"a plan's cap and a rule's cap", func(c *config.Config) {
+			c.Plans = []config.Plan{{Name: "pro", Average: 10, Period: "1m", Concurrency: &config.Concurrency{Max: 2, Name: "x"}}}
+			c.Rules = []config.Rule{{Name: "r", Average: 10, Period: "1m", Concurrency: &config.Concurrency{Max: 2, Name: "x"}}}
 		}},
-		{"a plan's cap and a rule's quota", func(c *Config) {
-			c.Plans = []Plan{{Name: "pro", Average: 10, Period: "1m", Concurrency: &Concurrency{Max: 2, Name: "x"}}}
-			c.Rules = []Rule{{Name: "r", Average: 10, Period: "1m", Concurrency: &Concurrency{Max: 2, Name: "y"}, Quotas: []Quota{{Name: "x", Limit: 5, Window: "day"}}}}
+		{"a plan's cap and a rule's quota", func(c *config.Config) {
+			c.Plans = []config.Plan{{Name: "pro", Average: 10, Period: "1m", Concurrency: &config.Concurrency{Max: 2, Name: "x"}}}
+			c.Rules = []config.Rule{{Name: "r", Average: 10, Period: "1m", Concurrency: &config.Concurrency{Max: 2, Name: "y"}, Quotas: []config.Quota{{Name: "x", Limit: 5, Window: "day"}}}}
 		}},
 	} {
 		cfg := CreateConfig()
@@ -136,7 +138,7 @@ func TestReviewConcTombstoneKeyOfAnotherType(t *testing.T) {
 	// A key of another type at }c}r must not stop tombstones: a take
 	// given back before it ran holds no slot.
 	addr := redistest.Start(t)
-	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), Concurrency{Max: 1, Key: "class"}, nil)
+	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), config.Concurrency{Max: 1, Key: "class"}, nil)
 	set := h.top
 	keys := heldKeys(h, set, httptest.NewRequest("GET", "/", nil), "unused")
 	zkey := keys[0] + set.ps[0].KeySuffix
@@ -162,7 +164,7 @@ func TestReviewConcCachedRefusalNamesNoFullCap(t *testing.T) {
 	// named from the cache.
 	addr := redistest.Start(t)
 	g := newGate()
-	h := capHandler(t, addr, g, Concurrency{Max: 1}, func(c *Config) { c.Average, c.Period, c.Burst = 1, "1m", 1 })
+	h := capHandler(t, addr, g, config.Concurrency{Max: 1}, func(c *config.Config) { c.Average, c.Period, c.Burst = 1, "1m", 1 })
 	_, done := burst(h, g, 1, func(int) string { return "k" })
 	waitArrived(t, g, 1)
 	if rec := serve(h, "k"); rec.Code != http.StatusTooManyRequests || !strings.Contains(rec.Body.String(), "-concurrency") {
@@ -188,7 +190,7 @@ func TestReviewConcHeaderModesShowNoMember(t *testing.T) {
 	// as a time.
 	addr := redistest.Start(t)
 	for _, mode := range []string{"legacy", "draft07", "both", "ietf"} {
-		h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), Concurrency{Max: 3}, func(c *Config) {
+		h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), config.Concurrency{Max: 3}, func(c *config.Config) {
 			c.Average, c.Period, c.Burst = 100, "1m", 100
 			c.Headers = mode
 		})
@@ -225,43 +227,43 @@ func TestReviewConcNoSlotOutlivesItsRequest(t *testing.T) {
 		desc              string
 		admitted, refused int
 		cost              bool
-		mutate            func(*Config)
+		mutate            func(*config.Config)
 	}{
-		{"shadow top level with its cap", 5, 0, false, func(c *Config) {
+		{"shadow top level with its cap", 5, 0, false, func(c *config.Config) {
 			c.Average, c.Burst, c.Shadow = 1, 1, true
-			c.Concurrency = &Concurrency{Max: 1}
+			c.Concurrency = &config.Concurrency{Max: 1}
 		}},
-		{"shadow rule beside a capped top level", 2, 3, false, func(c *Config) {
-			c.Concurrency = &Concurrency{Max: 2}
-			c.Rules = []Rule{{Name: "r", Average: 1, Burst: 1, Shadow: "true"}}
+		{"shadow rule beside a capped top level", 2, 3, false, func(c *config.Config) {
+			c.Concurrency = &config.Concurrency{Max: 2}
+			c.Rules = []config.Rule{{Name: "r", Average: 1, Burst: 1, Shadow: "true"}}
 		}},
-		{"capped shadow top level, capped enforcing rule", 2, 3, false, func(c *Config) {
+		{"capped shadow top level, capped enforcing rule", 2, 3, false, func(c *config.Config) {
 			c.Shadow = true
-			c.Concurrency = &Concurrency{Max: 1}
-			c.Rules = []Rule{{Name: "r", Average: 100, Burst: 100, Shadow: "false", Concurrency: &Concurrency{Max: 2}}}
+			c.Concurrency = &config.Concurrency{Max: 1}
+			c.Rules = []config.Rule{{Name: "r", Average: 100, Burst: 100, Shadow: "false", Concurrency: &config.Concurrency{Max: 2}}}
 		}},
-		{"shadow cap alone, enforcing rule", 1, 4, false, func(c *Config) {
+		{"shadow cap alone, enforcing rule", 1, 4, false, func(c *config.Config) {
 			c.Average, c.Shadow = 0, true
-			c.Concurrency = &Concurrency{Max: 1, Key: "class"}
-			c.Rules = []Rule{{Name: "r", Average: 1, Burst: 1, Shadow: "false"}}
+			c.Concurrency = &config.Concurrency{Max: 1, Key: "class"}
+			c.Rules = []config.Rule{{Name: "r", Average: 1, Burst: 1, Shadow: "false"}}
 		}},
-		{"a quota refuses", 2, 3, false, func(c *Config) {
-			c.Concurrency = &Concurrency{Max: 5}
-			c.Quotas = []Quota{{Name: "daily", Limit: 2, Window: "day"}}
+		{"a quota refuses", 2, 3, false, func(c *config.Config) {
+			c.Concurrency = &config.Concurrency{Max: 5}
+			c.Quotas = []config.Quota{{Name: "daily", Limit: 2, Window: "day"}}
 		}},
-		{"a rule refuses", 1, 4, false, func(c *Config) {
-			c.Concurrency = &Concurrency{Max: 3, Key: "class"}
-			c.Rules = []Rule{{Name: "r", Average: 1, Burst: 1}}
+		{"a rule refuses", 1, 4, false, func(c *config.Config) {
+			c.Concurrency = &config.Concurrency{Max: 3, Key: "class"}
+			c.Rules = []config.Rule{{Name: "r", Average: 1, Burst: 1}}
 		}},
-		{"response cost", 2, 3, true, func(c *Config) {
-			c.Concurrency = &Concurrency{Max: 2}
-			c.ResponseCost = &ResponseCost{Header: "X-Usage-Tokens", Max: 100}
+		{"response cost", 2, 3, true, func(c *config.Config) {
+			c.Concurrency = &config.Concurrency{Max: 2}
+			c.ResponseCost = &config.ResponseCost{Header: "X-Usage-Tokens", Max: 100}
 		}},
-		{"a plan inherits the cap, a rule keyed by IP has one", 1, 4, false, func(c *Config) {
-			c.Concurrency = &Concurrency{Max: 3, Key: "class"}
+		{"a plan inherits the cap, a rule keyed by IP has one", 1, 4, false, func(c *config.Config) {
+			c.Concurrency = &config.Concurrency{Max: 3, Key: "class"}
 			c.PlanHeader, c.DefaultPlan = "X-Plan", "free"
-			c.Plans = []Plan{{Name: "free", Average: 100, Period: "1m", Burst: 100}}
-			c.Rules = []Rule{{Name: "ip", Average: 100, Burst: 100, SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: 0}}, Concurrency: &Concurrency{Max: 1}}}
+			c.Plans = []config.Plan{{Name: "free", Average: 100, Period: "1m", Burst: 100}}
+			c.Rules = []config.Rule{{Name: "ip", Average: 100, Burst: 100, SourceCriterion: &config.SourceCriterion{IPStrategy: &config.IPStrategy{Depth: 0}}, Concurrency: &config.Concurrency{Max: 1}}}
 		}},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -270,7 +272,7 @@ func TestReviewConcNoSlotOutlivesItsRequest(t *testing.T) {
 			if tc.cost {
 				next = usageGate{g}
 			}
-			h := capHandler(t, addr, next, Concurrency{}, func(c *Config) {
+			h := capHandler(t, addr, next, config.Concurrency{}, func(c *config.Config) {
 				c.Average, c.Period, c.Burst = 100, "1m", 100
 				c.Concurrency = nil
 				tc.mutate(c)
@@ -302,7 +304,7 @@ func TestReviewConcPausedRedisHoldsNoGhostSlots(t *testing.T) {
 	// no slot is held, whichever of a take and its give-back runs first.
 	addr := redistest.Start(t)
 	g := newGate()
-	h := capHandler(t, addr, g, Concurrency{Max: 4, Key: "class", MaxDuration: "1h"}, func(c *Config) { c.Redis.Timeout = "50ms" })
+	h := capHandler(t, addr, g, config.Concurrency{Max: 4, Key: "class", MaxDuration: "1h"}, func(c *config.Config) { c.Redis.Timeout = "50ms" })
 	// The pool dialled: a take and its give-back.
 	set := h.top
 	keys := heldKeys(h, set, httptest.NewRequest("GET", "/", nil), "unused")
@@ -324,7 +326,7 @@ func TestReviewConcPausedRedisHoldsNoGhostSlots(t *testing.T) {
 		}
 	}
 	settle(t, h)
-	zkey := keyPrefix + "c:" + h.set.Class + "}}c"
+	zkey := bucket.KeyPrefix + "c:" + h.set.Class + "}}c"
 	redistest.WaitFor(t, func() bool { return slots(t, addr, zkey) == "0" }, "no slot held")
 	if n := atomic.LoadInt64(&h.set.TopQuotas[0].Metrics.HeldLost); n != 0 {
 		t.Errorf("%d give-backs lost", n)
@@ -340,8 +342,8 @@ func TestReviewConcSlotKeyOfAnotherType(t *testing.T) {
 	addr := redistest.Start(t)
 	for _, typ := range [][]string{{"SET", "x"}, {"HSET", "f", "v"}, {"RPUSH", "x"}} {
 		g := newGate()
-		h := capHandler(t, addr, g, Concurrency{Max: 2, Key: "class"}, nil)
-		zkey := keyPrefix + "c:" + h.set.Class + "}}c"
+		h := capHandler(t, addr, g, config.Concurrency{Max: 2, Key: "class"}, nil)
+		zkey := bucket.KeyPrefix + "c:" + h.set.Class + "}}c"
 		redistest.Do(t, addr, append([]string{typ[0], zkey}, typ[1:]...)...)
 		recs, done := burst(h, g, 5, func(i int) string { return fmt.Sprint("c", i) })
 		waitArrived(t, g, 2)

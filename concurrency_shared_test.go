@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -21,11 +23,11 @@ func TestCapsOfOtherMaxDurationsShareTheirSlots(t *testing.T) {
 	addr := redistest.Start(t)
 	class := fmt.Sprintf("shared-%d", atomic.AddInt64(&backendSeq, 1))
 	long, short := newGate(), newGate()
-	hl := capHandler(t, addr, long, Concurrency{Max: 2, Key: "class", MaxDuration: "10m"}, func(c *Config) { c.Class = class })
-	hs := capHandler(t, addr, short, Concurrency{Max: 2, Key: "class", MaxDuration: "30s"}, func(c *Config) { c.Class = class })
+	hl := capHandler(t, addr, long, config.Concurrency{Max: 2, Key: "class", MaxDuration: "10m"}, func(c *config.Config) { c.Class = class })
+	hs := capHandler(t, addr, short, config.Concurrency{Max: 2, Key: "class", MaxDuration: "30s"}, func(c *config.Config) { c.Class = class })
 	recs, done := burst(hl, long, 2, func(i int) string { return fmt.Sprint("c", i) })
 	waitArrived(t, long, 2)
-	zkey := keyPrefix + "c:" + class + "}}c"
+	zkey := bucket.KeyPrefix + "c:" + class + "}}c"
 	if n := slots(t, addr, zkey); n != "2" {
 		t.Fatalf("the 10m cap holds %s slots, want 2", n)
 	}
@@ -54,8 +56,8 @@ func TestCapsOfOtherMaxDurationsShareTheirSlots(t *testing.T) {
 // The take script sweeps slots further ahead than the longest hold a cap
 // may ask and a second: its literal is maxHoldDuration's.
 func TestSweepHorizonIsTheLongestHold(t *testing.T) {
-	want := "now + " + strconv.FormatInt(int64((maxHoldDuration+time.Second)/time.Microsecond), 10) + ")"
-	if !strings.Contains(bucketScript, want) {
-		t.Errorf("bucketScript does not sweep past %q (maxHoldDuration %v and a second)", want, maxHoldDuration)
+	want := "now + " + strconv.FormatInt(int64((config.MaxHoldDuration+time.Second)/time.Microsecond), 10) + ")"
+	if !strings.Contains(bucket.BucketScript, want) {
+		t.Errorf("BucketScript does not sweep past %q (maxHoldDuration %v and a second)", want, config.MaxHoldDuration)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -44,9 +46,9 @@ func (g *gate) ServeHTTP(rw http.ResponseWriter, _ *http.Request) {
 
 // capHandler is handlerWith in front of g with cap c and no rate (a cap
 // alone), its class its own.
-func capHandler(t *testing.T, addr string, g http.Handler, c Concurrency, mutate func(*Config)) *Tollgate {
+func capHandler(t *testing.T, addr string, g http.Handler, c config.Concurrency, mutate func(*config.Config)) *Tollgate {
 	t.Helper()
-	return handlerWith(t, addr, g, func(cfg *Config) {
+	return handlerWith(t, addr, g, func(cfg *config.Config) {
 		cfg.Average = 0
 		cfg.Class = fmt.Sprintf("cap-%d", atomic.AddInt64(&backendSeq, 1))
 		cfg.DecisionHeader = "X-Decision"
@@ -111,14 +113,14 @@ func slots(t *testing.T, addr, key string) string {
 func TestConcurrencyClassCapHoldsAndFrees(t *testing.T) {
 	addr := redistest.Start(t)
 	g := newGate()
-	h := capHandler(t, addr, g, Concurrency{Max: 3, Key: "class", Name: "reports"}, nil)
+	h := capHandler(t, addr, g, config.Concurrency{Max: 3, Key: "class", Name: "reports"}, nil)
 	recs, done := burst(h, g, 12, func(i int) string { return fmt.Sprintf("client-%d", i) })
 	waitArrived(t, g, 3)
 	waitRefused(t, recs, 9)
 	if n := atomic.LoadInt64(&g.in); n != 3 {
 		t.Fatalf("%d requests in the backend, want 3 (the cap)", n)
 	}
-	zkey := keyPrefix + "c:" + h.set.Class + "}}c"
+	zkey := bucket.KeyPrefix + "c:" + h.set.Class + "}}c"
 	if n := slots(t, addr, zkey); n != "3" {
 		t.Fatalf("%s holds %s slots, want 3", zkey, n)
 	}
@@ -160,7 +162,7 @@ func TestConcurrencyClassCapHoldsAndFrees(t *testing.T) {
 func TestConcurrencyPerClient(t *testing.T) {
 	addr := redistest.Start(t)
 	g := newGate()
-	h := capHandler(t, addr, g, Concurrency{Max: 2}, func(c *Config) { c.Average, c.Period, c.Burst = 100, "1m", 100 })
+	h := capHandler(t, addr, g, config.Concurrency{Max: 2}, func(c *config.Config) { c.Average, c.Period, c.Burst = 100, "1m", 100 })
 	recs, done := burst(h, g, 10, func(i int) string { return fmt.Sprintf("c%d", i%2) })
 	waitArrived(t, g, 4)
 	waitRefused(t, recs, 6)
@@ -188,13 +190,13 @@ func TestConcurrencySlotBackAfterPanic(t *testing.T) {
 	addr := redistest.Start(t)
 	g := newGate()
 	g.panicking = true
-	h := capHandler(t, addr, g, Concurrency{Max: 1, Key: "class"}, nil)
+	h := capHandler(t, addr, g, config.Concurrency{Max: 1, Key: "class"}, nil)
 	_, done := burst(h, g, 1, func(int) string { return "k" })
 	waitArrived(t, g, 1)
 	close(g.open)
 	done.Wait()
 	settle(t, h)
-	if n := slots(t, addr, keyPrefix+"c:"+h.set.Class+"}}c"); n != "0" {
+	if n := slots(t, addr, bucket.KeyPrefix+"c:"+h.set.Class+"}}c"); n != "0" {
 		t.Fatalf("%s slots held after next panicked, want 0", n)
 	}
 }
@@ -202,7 +204,7 @@ func TestConcurrencySlotBackAfterPanic(t *testing.T) {
 func TestConcurrencyLocalCapWithRedisDown(t *testing.T) {
 	for _, mode := range []string{"open", "closed"} {
 		g := newGate()
-		h := capHandler(t, "127.0.0.1:1", g, Concurrency{Max: 6, Key: "class"}, func(c *Config) {
+		h := capHandler(t, "127.0.0.1:1", g, config.Concurrency{Max: 6, Key: "class"}, func(c *config.Config) {
 			c.Replicas = 3
 			c.FailureMode = mode
 			c.Redis.Timeout = "5ms"
@@ -244,7 +246,7 @@ func TestConcurrencyGiveBackBeforeTheTakeLeavesATombstone(t *testing.T) {
 	// once; when the give-back reaches Redis first, the take must not
 	// hold the slot.
 	addr := redistest.Start(t)
-	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), Concurrency{Max: 1, Key: "class"}, nil)
+	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), config.Concurrency{Max: 1, Key: "class"}, nil)
 	set := h.top
 	keys := heldKeys(h, set, httptest.NewRequest("GET", "/", nil), "unused")
 	member := newMember()
@@ -267,7 +269,7 @@ func TestConcurrencyGiveBackBeforeTheTakeLeavesATombstone(t *testing.T) {
 func TestConcurrencyExpiredSlotsAreSwept(t *testing.T) {
 	// A pod that died holding a slot holds it maxDuration, no longer.
 	addr := redistest.Start(t)
-	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), Concurrency{Max: 1, Key: "class", MaxDuration: "300ms"}, nil)
+	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), config.Concurrency{Max: 1, Key: "class", MaxDuration: "300ms"}, nil)
 	set := h.top
 	keys := heldKeys(h, set, httptest.NewRequest("GET", "/", nil), "unused")
 	d := make([]int64, set.decisionLen)
@@ -287,20 +289,22 @@ func TestConcurrencyExpiredSlotsAreSwept(t *testing.T) {
 func TestConcurrencyConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		desc   string
-		mutate func(*Config)
+		mutate func(*config.Config)
 		want   string
 	}{
-		{"max 0", func(c *Config) { c.Concurrency = &Concurrency{} }, "concurrency.max"},
-		{"bad key", func(c *Config) { c.Concurrency = &Concurrency{Max: 1, Key: "ip"} }, "concurrency.key"},
-		{"bad duration", func(c *Config) { c.Concurrency = &Concurrency{Max: 1, MaxDuration: "forever"} }, "concurrency.maxDuration"},
-		{"long duration", func(c *Config) { c.Concurrency = &Concurrency{Max: 1, MaxDuration: "48h"} }, "concurrency.maxDuration"},
-		{"name taken", func(c *Config) { c.Concurrency = &Concurrency{Max: 1, Name: "api"} }, "used twice"},
-		{"shards", func(c *Config) { c.Concurrency = &Concurrency{Max: 1}; c.Shards = 2; c.Burst = 10 }, "not with shards"},
-		{"class in a cluster", func(c *Config) {
-			c.Concurrency = &Concurrency{Max: 1, Key: "class"}
+		{"max 0", func(c *config.Config) { c.Concurrency = &config.Concurrency{} }, "concurrency.max"},
+		{"bad key", func(c *config.Config) { c.Concurrency = &config.Concurrency{Max: 1, Key: "ip"} }, "concurrency.key"},
+		{"bad duration", func(c *config.Config) { c.Concurrency = &config.Concurrency{Max: 1, MaxDuration: "forever"} }, "concurrency.maxDuration"},
+		{"long duration", func(c *config.Config) { c.Concurrency = &config.Concurrency{Max: 1, MaxDuration: "48h"} }, "concurrency.maxDuration"},
+		{"name taken", func(c *config.Config) { c.Concurrency = &config.Concurrency{Max: 1, Name: "api"} }, "used twice"},
+		{"shards", func(c *config.Config) { c.Concurrency = &config.Concurrency{Max: 1}; c.Shards = 2; c.Burst = 10 }, "not with shards"},
+		{"class in a cluster", func(c *config.Config) {
+			c.Concurrency = &config.Concurrency{Max: 1, Key: "class"}
 			c.Redis.Mode = "cluster"
 		}, "not for a Redis Cluster"},
-		{"rule's bad max", func(c *Config) { c.Rules = []Rule{{Name: "r", Average: 1, Concurrency: &Concurrency{Max: -1}}} }, "rules[0].concurrency.max"},
+		{"rule's bad max", func(c *config.Config) {
+			c.Rules = []config.Rule{{Name: "r", Average: 1, Concurrency: &config.Concurrency{Max: -1}}}
+		}, "rules[0].concurrency.max"},
 	} {
 		cfg := CreateConfig()
 		cfg.Average, cfg.Period = 10, "1m"
@@ -316,7 +320,7 @@ func TestConcurrencySequentialClientIsNeverRefused(t *testing.T) {
 	// One request at a time under a cap of 1: each finds its slot free,
 	// the last one's given back before its response was complete.
 	addr := redistest.Start(t)
-	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), Concurrency{Max: 1}, nil)
+	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), config.Concurrency{Max: 1}, nil)
 	for i := 0; i < 50; i++ {
 		if rec := serve(h, "k"); rec.Code != http.StatusOK {
 			t.Fatalf("sequential request %d: %d %s, want 200 (the one before gave its slot back)", i, rec.Code, rec.Body.String())
@@ -332,8 +336,8 @@ func TestConcurrencySlotsFurtherThanAnyHoldAreSwept(t *testing.T) {
 	// maxDurations sharing a key: TestCapsOfOtherMaxDurationsShareTheirSlots.)
 	addr := redistest.Start(t)
 	noop := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {})
-	h := capHandler(t, addr, noop, Concurrency{Max: 1, Key: "class", MaxDuration: "1s"}, nil)
-	zkey := keyPrefix + "c:" + h.set.Class + "}}c"
+	h := capHandler(t, addr, noop, config.Concurrency{Max: 1, Key: "class", MaxDuration: "1s"}, nil)
+	zkey := bucket.KeyPrefix + "c:" + h.set.Class + "}}c"
 	now := int64(redisNowUS(t, addr))
 	for _, tc := range []struct {
 		desc  string

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
 )
 
 func TestParseDuration(t *testing.T) {
@@ -31,7 +33,7 @@ func TestParseDuration(t *testing.T) {
 		{in: "soon", err: "not a duration"},
 		{in: "", err: "not a duration"},
 	} {
-		got, err := parseDuration("period", tc.in)
+		got, err := config.ParseDuration("period", tc.in)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "period") {
 				t.Fatalf("parseDuration(%q) error = %v, want one naming period and %q", tc.in, err, tc.err)
@@ -45,16 +47,16 @@ func TestParseDuration(t *testing.T) {
 }
 
 func TestCompileDefaults(t *testing.T) {
-	if _, err := Compile(CreateConfig(), "api@file"); err == nil || !strings.Contains(err.Error(), "no limit") {
+	if _, err := config.Compile(CreateConfig(), "api@file"); err == nil || !strings.Contains(err.Error(), "no limit") {
 		t.Fatalf("compile(defaults) error = %v, want one saying there is no limit", err)
 	}
 	cfg := CreateConfig()
 	cfg.Average = 10
-	s, err := Compile(cfg, "api@file")
+	s, err := config.Compile(cfg, "api@file")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Top == nil || s.Top.Lim.Burst != 1 || s.Class != "api@file" || s.Headers != headersIETF {
+	if s.Top == nil || s.Top.Lim.Burst != 1 || s.Class != "api@file" || s.Headers != config.HeadersIETF {
 		t.Fatalf("defaults: %+v, want burst 1, class from the name, ietf headers", s)
 	}
 	if s.Redis.Addr != "127.0.0.1:6379" || s.Redis.Timeout != 5*time.Millisecond || s.Redis.PoolSize != 64 ||
@@ -83,7 +85,7 @@ func TestCompileLocalShare(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			cfg := CreateConfig()
 			cfg.Average, cfg.Period, cfg.Burst, cfg.Replicas = tc.average, "1m", tc.burst, tc.replicas
-			s, err := Compile(cfg, "api")
+			s, err := config.Compile(cfg, "api")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +99,7 @@ func TestCompileLocalShare(t *testing.T) {
 			if tc.watched {
 				now = int64(16 * time.Second)
 			}
-			l := s.Top.localShare(replicasSeen(hb, s.Replicas, now))
+			l := localShare(s.Top, replicasSeen(hb, s.Replicas, now))
 			if l.Burst != tc.wantLocalBurst || math.Abs(l.Interval/1e6-tc.wantLocalIntervalSeconds) > 1e-9 {
 				t.Fatalf("local share: burst %v, %v s per token; want %v, %v", l.Burst, l.Interval/1e6, tc.wantLocalBurst, tc.wantLocalIntervalSeconds)
 			}
@@ -108,8 +110,8 @@ func TestCompileLocalShare(t *testing.T) {
 func TestRulesInheritFromTheTopLevel(t *testing.T) {
 	cfg := CreateConfig()
 	cfg.Average, cfg.Period, cfg.Cost, cfg.Burst, cfg.FailureMode = 100, "1m", 2, 10, "closed"
-	cfg.Rules = []Rule{{Name: "search", Average: 10, Burst: 4, Methods: []string{"get", " post "}}}
-	s, err := Compile(cfg, "api")
+	cfg.Rules = []config.Rule{{Name: "search", Average: 10, Burst: 4, Methods: []string{"get", " post "}}}
+	s, err := config.Compile(cfg, "api")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +123,10 @@ func TestRulesInheritFromTheTopLevel(t *testing.T) {
 }
 
 func TestSanitizeName(t *testing.T) {
-	if got := sanitizeName(`my "api"@file`); got != "my__api_@file" {
+	if got := config.SanitizeName(`my "api"@file`); got != "my__api_@file" {
 		t.Fatalf("sanitizeName = %q", got)
 	}
-	if got := sanitizeName(""); got != "default" {
+	if got := config.SanitizeName(""); got != "default" {
 		t.Fatalf("sanitizeName(\"\") = %q", got)
 	}
 }
@@ -133,8 +135,8 @@ func TestSanitizeName(t *testing.T) {
 // a case-sensitive string prefix of the decoded path, not a path segment.
 func TestPathPrefixMatching(t *testing.T) {
 	cfg := CreateConfig()
-	cfg.Rules = []Rule{{Name: "login", PathPrefix: "/login", Average: 1}}
-	s, err := Compile(cfg, "api@file")
+	cfg.Rules = []config.Rule{{Name: "login", PathPrefix: "/login", Average: 1}}
+	s, err := config.Compile(cfg, "api@file")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func TestPathPrefixMatching(t *testing.T) {
 		{"/LOGIN", false},
 		{"/api/login", false},
 	} {
-		if got := s.Rules[0].matches(httptest.NewRequest("POST", tc.target, nil)); got != tc.want {
+		if got := matches(s.Rules[0], httptest.NewRequest("POST", tc.target, nil)); got != tc.want {
 			t.Errorf("%s: matched %t, want %t", tc.target, got, tc.want)
 		}
 	}
@@ -164,14 +166,14 @@ func TestEndpointsArePrintable(t *testing.T) {
 		cfg := CreateConfig()
 		cfg.Average = 10
 		cfg.Redis.Endpoints = []string{e}
-		if _, err := Compile(cfg, "api"); err == nil || !strings.Contains(err.Error(), "redis.endpoints[0]") {
+		if _, err := config.Compile(cfg, "api"); err == nil || !strings.Contains(err.Error(), "redis.endpoints[0]") {
 			t.Errorf("endpoint %q: %v, want refused", e, err)
 		}
 	}
 	cfg := CreateConfig()
 	cfg.Average = 10
 	cfg.Redis.Endpoints = []string{"redis-0.redis.svc:6379"}
-	if _, err := Compile(cfg, "api"); err != nil {
+	if _, err := config.Compile(cfg, "api"); err != nil {
 		t.Errorf("a plain endpoint refused: %v", err)
 	}
 }

@@ -9,7 +9,7 @@ package tollgate
 // already charged is queued on the backend's charge queue; a goroutine of the queue's, running while it
 // holds charges, sends them in batches: one script call for up to
 // maxChargeBatch charges (one per charge and bucket in a Cluster, whose
-// calls' keys share a slot). A bucket may go into debt (chargeScript): its
+// calls' keys share a slot). A bucket may go into debt (ChargeScript): its
 // TAT past a full refill by the whole amount charged, so that later
 // requests wait until it is back above zero; the check reads the debt
 // mark (K}d) before it would take such a TAT for a clock stepped back. A malformed header is counted and
@@ -18,47 +18,21 @@ package tollgate
 // after the response was written, and the ResponseWriter is not wrapped.
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
-// CostShape is a compiled ResponseCost: the header (canonical) and the
-// largest cost it may name.
-type CostShape struct {
-	Header string
-	Max    int64
-}
-
-// maxResponseCost bounds ResponseCost.Max.
-const maxResponseCost = 1000000000000
-
-// compileResponseCost validates rc (field names it); nil: none.
-func compileResponseCost(field string, rc *ResponseCost) (*CostShape, error) {
-	if rc == nil || strings.TrimSpace(rc.Header) == "" && rc.Max == 0 {
-		return nil, nil
-	}
-	h := strings.TrimSpace(rc.Header)
-	if !ValidHeaderName(h) {
-		return nil, fmt.Errorf("%s.header: %q is not a header name", field, rc.Header)
-	}
-	if rc.Max <= 0 || rc.Max > maxResponseCost {
-		return nil, fmt.Errorf("%s.max: %d must be from 1 to %d", field, rc.Max, int64(maxResponseCost))
-	}
-	return &CostShape{Header: http.CanonicalHeaderKey(h), Max: rc.Max}, nil
-}
-
 // responseCost reads shape's header in h: the cost it names, and whether
 // it names one well (absent: 0, true).
-func responseCost(h http.Header, shape *CostShape) (int64, bool) {
+func responseCost(h http.Header, shape *config.CostShape) (int64, bool) {
 	v := h[shape.Header]
 	if len(v) == 0 {
 		return 0, true
@@ -81,7 +55,7 @@ type charge struct {
 	args    []string // 3 per key
 	amounts []int64
 	ms      []*metrics.Policy
-	// A concurrency slots' give-back (concurrency.go) is its set's
+	// A concurrency slots' give-back (caps.go) is its set's
 	// prepared call (give) for call, sent alone; its failures counted
 	// under held.
 	give *redis.Command
@@ -297,7 +271,7 @@ func countCharge(c *charge, res int) {
 	}
 }
 
-// chargeCommand is chargeScript's call for batch: every key written
+// chargeCommand is ChargeScript's call for batch: every key written
 // whole, or (only >= 0) key "only" of the batch's one charge alone, the
 // call's routing key, written before an empty suffix.
 func chargeCommand(batch []*charge, only int) *redis.Command {
@@ -314,115 +288,6 @@ func chargeCommand(batch []*charge, only int) *redis.Command {
 		}
 	}
 	return redis.NewCommand(chargeScr, lens, keys, args, nil)
-}
-
-// chargeScript charges response costs.
-//
-//	ARGV  per charge: m, then m triples as bucketScript's, whose cost is
-//	      the amount to charge (a quota's: -limit, its windows, amount)
-//	KEYS  each triple's key, in order
-//
-// A bucket is charged the amount whatever it holds, into debt, all of it:
-// concurrent requests each charge their whole response, and the client
-// waits until the debt is paid (only the 100-year horizon of every key
-// bounds it). Past a full refill the same value goes under K}d, so that
-// the check keeps the debt rather than take it for a clock stepped back. A
-// quota's counter (of the window that holds TIME) grows by the amount. A
-// key of another type is skipped.
-// chargeScr is chargeScript's prepared form.
-var chargeScr = redis.NewScript(chargeScript)
-
-const chargeScript = quotaExpiryLua + `
-if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local now = (tonumber(t[1]) - 1700000000) * 1000000 + tonumber(t[2])
-local maxms = 3155760000000
-local a, k = 1, 1
-while a <= #ARGV do
-  local m = tonumber(ARGV[a])
-  a = a + 1
-  for j = 1, m do
-    local iv, b, c, key = tonumber(ARGV[a]), ARGV[a+1], tonumber(ARGV[a+2]), KEYS[k]
-    a = a + 3
-    k = k + 1
-    if iv < 0 then
-      local b0, b1, b2, b3, sh = string.match(b, '^(%d+) (%d+) (%d+) (%d+) (%-?%d+)$')
-      local qn = now + tonumber(sh)
-      local st, en = tonumber(b1), tonumber(b2)
-      if qn < st then st, en = tonumber(b0), st elseif qn >= en then st, en = en, tonumber(b3) end
-      local qk = key .. '@' .. string.format('%.0f', math.floor(st / 1000000))
-      local v = false
-      if qn >= tonumber(b0) and qn < tonumber(b3) then v = redis.pcall('INCRBY', qk, c) end
-      if type(v) == 'number' then
-        redis.call('PEXPIRE', qk, quotaPX(math.max(1, math.ceil((en - qn) / 1000)), v, en - st, -iv))
-      end
-    else
-      local cap = iv * tonumber(b)
-      local r = redis.pcall('GET', key)
-      if type(r) ~= 'table' then
-        local tat = now
-        local v = tonumber(r)
-        if v then tat = v / 64 end
-        if tat < now then tat = now end
-        tat = tat + iv * c
-        if tat > now + maxms * 1000 then tat = now + maxms * 1000 end
-        local val = string.format('%.0f', math.floor(tat * 64 + 0.5))
-        local px = math.min(maxms, math.max(1, math.ceil((tat - now) / 1000)))
-        redis.call('SET', key, val, 'PX', px)
-        if tat > now + cap then redis.call('SET', key .. '}d', val, 'PX', px) end
-      end
-    end
-  end
-end
-return redis.status_reply('1')
-`
-
-// compileResponseCosts compiles the response costs of the top level, the
-// plans (unset: the top level's) and the rules onto their policies and
-// those policies' quotas.
-func compileResponseCosts(cfg *Config, s *Settings) error {
-	top, err := compileResponseCost("responseCost", cfg.ResponseCost)
-	if err != nil {
-		return err
-	}
-	set := func(shape *CostShape, ps []*Policy) {
-		for _, p := range ps {
-			p.RespCost = shape
-		}
-	}
-	set(top, s.TopPolicies())
-	for i, pl := range cfg.Plans {
-		shape := top
-		if pl.ResponseCost != nil {
-			if shape, err = compileResponseCost(fmt.Sprintf("plans[%d].responseCost", i), pl.ResponseCost); err != nil {
-				return err
-			}
-		}
-		if p := s.Plans[i]; p != nil {
-			set(shape, s.WithQuotas(p, s.PlanQuotas, i))
-		}
-	}
-	for i, r := range cfg.Rules {
-		shape, err := compileResponseCost(fmt.Sprintf("rules[%d].responseCost", i), r.ResponseCost)
-		if err != nil {
-			return err
-		}
-		set(shape, s.WithQuotas(s.Rules[i], s.RuleQuotas, i))
-	}
-	if s.Costed() && (s.Shards > 1 || cfg.Region != nil) {
-		return fmt.Errorf("responseCost: not with shards or regions (a response's charge goes to the client's whole bucket in one Redis)")
-	}
-	return nil
-}
-
-// Costed reports whether some policy of s reads a response cost.
-func (s *Settings) Costed() bool {
-	for _, p := range s.Policies() {
-		if p.RespCost != nil {
-			return true
-		}
-	}
-	return false
 }
 
 // returnSlots queues the give-back of set's slots named by the take's

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -24,10 +25,10 @@ func TestResponseCostOfConcurrentRequestsIsKeptWhole(t *testing.T) {
 		rw.Header().Set("X-Usage-Tokens", "50")
 		g.ServeHTTP(rw, req)
 	})
-	h := handlerWith(t, addr, next, func(c *Config) {
+	h := handlerWith(t, addr, next, func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 100, "1s", 100
 		c.Class = fmt.Sprintf("cost-%d", atomic.AddInt64(&backendSeq, 1))
-		c.ResponseCost = &ResponseCost{Header: "X-Usage-Tokens", Max: 1000}
+		c.ResponseCost = &config.ResponseCost{Header: "X-Usage-Tokens", Max: 1000}
 	})
 	var wg sync.WaitGroup
 	var admitted int64

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
@@ -18,7 +20,7 @@ import (
 // costHandler is a middleware on addr whose backend answers with the
 // response header X-Usage-Tokens: usage() (nil: none), 25 tokens a minute
 // (burst 25), responseCost max 1000; mutate adjusts the config.
-func costHandler(t *testing.T, addr string, usage func() []string, mutate func(*Config)) *Tollgate {
+func costHandler(t *testing.T, addr string, usage func() []string, mutate func(*config.Config)) *Tollgate {
 	t.Helper()
 	next := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
 		if usage != nil {
@@ -26,11 +28,11 @@ func costHandler(t *testing.T, addr string, usage func() []string, mutate func(*
 		}
 		rw.WriteHeader(200)
 	})
-	return handlerWith(t, addr, next, func(c *Config) {
+	return handlerWith(t, addr, next, func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 25, "1m", 25
 		c.Class = fmt.Sprintf("cost-%d", atomic.AddInt64(&backendSeq, 1))
 		c.DecisionHeader = "X-Decision"
-		c.ResponseCost = &ResponseCost{Header: "X-Usage-Tokens", Max: 1000}
+		c.ResponseCost = &config.ResponseCost{Header: "X-Usage-Tokens", Max: 1000}
 		if mutate != nil {
 			mutate(c)
 		}
@@ -121,7 +123,7 @@ func TestResponseCostQueueBound(t *testing.T) {
 	q.running = true // no sender yet: the bound alone
 	q.mu.Unlock()
 	p := h.top.ps[0]
-	key := clientKey(h.set.Class, "h:flood") + p.KeySuffix
+	key := bucket.ClientKey(h.set.Class, "h:flood") + p.KeySuffix
 	for i := 0; i < maxCharges+7; i++ {
 		q.add(&charge{keys: []string{key}, args: []string{strconv.FormatFloat(p.Lim.Interval, 'g', -1, 64), "25", "1"},
 			amounts: []int64{1}, ms: []*metrics.Policy{p.Metrics}})
@@ -143,9 +145,9 @@ func TestResponseCostQueueBound(t *testing.T) {
 
 func TestResponseCostChargesQuotas(t *testing.T) {
 	addr := redistest.Start(t)
-	h := costHandler(t, addr, func() []string { return []string{"40"} }, func(c *Config) {
+	h := costHandler(t, addr, func() []string { return []string{"40"} }, func(c *config.Config) {
 		c.Average, c.Burst = 100000, 100000
-		c.Quotas = []Quota{{Name: "month", Limit: 100, Window: "month"}}
+		c.Quotas = []config.Quota{{Name: "month", Limit: 100, Window: "month"}}
 	})
 	// 1 + 39 a request: 40, 80, then 81 fits (120 after its charge: a
 	// quota goes into debt too), and the 4th is refused.
@@ -169,21 +171,21 @@ func TestResponseCostChargesQuotas(t *testing.T) {
 func TestResponseCostConfig(t *testing.T) {
 	for _, tc := range []struct {
 		desc   string
-		mutate func(c *Config)
+		mutate func(c *config.Config)
 		want   string
 	}{
-		{"no max", func(c *Config) { c.ResponseCost = &ResponseCost{Header: "X-Usage"} }, "responseCost.max"},
-		{"a bad header", func(c *Config) { c.ResponseCost = &ResponseCost{Header: "X Usage", Max: 5} }, "responseCost.header"},
-		{"with shards", func(c *Config) { c.Shards = 2 }, "not with shards"},
-		{"a rule's", func(c *Config) {
-			c.Rules = []Rule{{Name: "r", Average: 1, ResponseCost: &ResponseCost{Header: "X-U", Max: -1}}}
+		{"no max", func(c *config.Config) { c.ResponseCost = &config.ResponseCost{Header: "X-Usage"} }, "responseCost.max"},
+		{"a bad header", func(c *config.Config) { c.ResponseCost = &config.ResponseCost{Header: "X Usage", Max: 5} }, "responseCost.header"},
+		{"with shards", func(c *config.Config) { c.Shards = 2 }, "not with shards"},
+		{"a rule's", func(c *config.Config) {
+			c.Rules = []config.Rule{{Name: "r", Average: 1, ResponseCost: &config.ResponseCost{Header: "X-U", Max: -1}}}
 		}, "rules[0].responseCost.max"},
 	} {
 		cfg := CreateConfig()
 		cfg.Average, cfg.Burst = 10, 10
-		cfg.ResponseCost = &ResponseCost{Header: "X-Usage", Max: 100}
+		cfg.ResponseCost = &config.ResponseCost{Header: "X-Usage", Max: 100}
 		tc.mutate(cfg)
-		if _, err := Compile(cfg, "api"); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := config.Compile(cfg, "api"); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error about %q", tc.desc, err, tc.want)
 		}
 	}
@@ -191,10 +193,10 @@ func TestResponseCostConfig(t *testing.T) {
 
 func TestResponseCostOfPlans(t *testing.T) {
 	addr := redistest.Start(t)
-	h := costHandler(t, addr, func() []string { return []string{"10"} }, func(c *Config) {
+	h := costHandler(t, addr, func() []string { return []string{"10"} }, func(c *config.Config) {
 		c.PlanHeader = "X-Plan"
-		c.Plans = []Plan{{Name: "metered", Average: 25, Period: "1m", Burst: 25},
-			{Name: "flat", Average: 25, Period: "1m", Burst: 25, ResponseCost: &ResponseCost{Header: "X-Other", Max: 5}}}
+		c.Plans = []config.Plan{{Name: "metered", Average: 25, Period: "1m", Burst: 25},
+			{Name: "flat", Average: 25, Period: "1m", Burst: 25, ResponseCost: &config.ResponseCost{Header: "X-Other", Max: 5}}}
 	})
 	left := func(plan string) string {
 		req := planRequest("k-"+plan, plan)
@@ -228,7 +230,7 @@ func planRequest(key, plan string) *http.Request {
 // reported, not checked).
 func TestResponseCostBatches(t *testing.T) {
 	addr := redistest.Start(t)
-	h := costHandler(t, addr, func() []string { return []string{"5"} }, func(c *Config) { c.Average, c.Burst = 100000000, 100000000 })
+	h := costHandler(t, addr, func() []string { return []string{"5"} }, func(c *config.Config) { c.Average, c.Burst = 100000000, 100000000 })
 	before := scriptCalls(t, addr)
 	const clients, each = 64, 20
 	var wg sync.WaitGroup

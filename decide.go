@@ -15,7 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redis"
+	"github.com/tollgate-dev/tollgate/internal/regions"
 )
 
 // decide charges the request's buckets into decision d: in Redis (under
@@ -30,7 +33,7 @@ func decide(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseWrit
 	if !t.set.ByHeader || len(v) == 0 || v[0] == "" || set.held {
 		return decideAny(t, set, req, rw, d)
 	}
-	key := hashKey(t.set.HeaderTag + v[0]) // clientKey(class, "h:"+v[0])
+	key := bucket.HashKey(t.set.HeaderTag + v[0]) // ClientKey(class, "h:"+v[0])
 	if set.lease != nil {
 		return decideLeased(t, set, key, rw, d)
 	}
@@ -70,13 +73,13 @@ func decideKey(t *Tollgate, set *policySet, key string, r int, d []int64) int {
 
 // decideAny is decide for any client identity, sharded or not.
 func decideAny(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseWriter, d []int64) int {
-	key := clientKey(t.set.Class, t.set.Source.identity(req))
+	key := bucket.ClientKey(t.set.Class, identity(&t.set.Source, req))
 	if set.lease != nil { // never sharded, never keyed by rules their own way
 		return decideLeased(t, set, key, rw, d)
 	}
 	rkey := key
 	if t.set.Shards > 1 {
-		rkey = t.set.shardKey(key)
+		rkey = shardKey(t.set, key)
 	}
 	call := rkey // the keys as the call writes them
 	if set.ownKeys {
@@ -146,7 +149,7 @@ func decideLeased(t *Tollgate, set *policySet, key string, rw http.ResponseWrite
 func callLeased(t *Tollgate, set *policySet, key string, d []int64) int {
 	ls := set.lease
 	now := int64(time.Since(processStart)) + monoOrigin // clock.Mono(), inlined
-	// The slot of two of the key's hash characters (clientKey: "tg{" and
+	// The slot of two of the key's hash characters (ClientKey: "tg{" and
 	// base64): no lock, no map. Keys that share a slot look hotter
 	// together: at worst an ask more.
 	i := int(key[3]&63)<<6 | int(key[4]&63)
@@ -312,7 +315,7 @@ func decideGroups(t *Tollgate, set *policySet, req *http.Request, d []int64) int
 // shardKey returns the key of one of the client's sub-buckets, picked at
 // random: the shard number, fixed width, inside the hash tag, so that
 // shards spread over Redis Cluster slots (tg{tag:07}).
-func (s *Settings) shardKey(key string) string {
+func shardKey(s *config.Settings, key string) string {
 	n := strconv.Itoa(rand.Intn(int(s.Shards)))
 	for len(n) < s.Digits {
 		n = "0" + n
@@ -366,4 +369,22 @@ func callHeld(t *Tollgate, set *policySet, req *http.Request, key, call, hc stri
 // Redis (its call was written).
 func tookMaybe(err error) bool {
 	return err != errBreakerOpen && err != redis.ErrDialFailed && err != redis.ErrNoRoute && err != redis.ErrQueueFull
+}
+
+// The plugin's binding to its regions (internal/regions: the model and the
+// exchange): the region configuration compiled, and the requests' notes of
+// the buckets that pressed against their share.
+
+// noteRegion notes, for the exchange, the buckets of policies ps for
+// client key that pressed in decision d: refused, or emptied (no whole
+// token left, whatever the region's share of the burst); cached: the
+// deny cache refused it (regions.Notes.Note). Rules keyed their own way
+// and policies that fail closed hold the static share, and are not noted.
+func noteRegion(n *regions.Notes, ps []*config.Policy, key string, d []int64, cached bool) {
+	for i, p := range ps {
+		if p.RegionPPM <= 0 || (d[2+3*i] == 0 && d[1+3*i] > 0) {
+			continue
+		}
+		n.Note(key+p.KeySuffix, int64(p.Shard.Cost), cached)
+	}
 }

@@ -218,7 +218,7 @@ func countDown(ms, elapsed int64) int64 {
 
 // remember caches refusal d for key until its longest wait ends: the
 // longest of the enforcing policies' that refused, when one did (a shadow
-// policy's longer wait would keep refusing once they admit: shadow.go);
+// policy's longer wait would keep refusing once they admit: answer.go);
 // else the shadow policies'.
 func (c *denyCache) remember(key string, d []int64) {
 	var wait, shadowWait int64

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -103,7 +104,7 @@ func TestDenyCacheIsBounded(t *testing.T) {
 
 func TestRefusalsAreRepeatedWithoutRedis(t *testing.T) {
 	f := redistest.StartFake(t, "+0 0 1500 5000\r\n")
-	var h http.Handler = handlerOn(t, f.Addr(), func(c *Config) { c.DecisionHeader = "X-Decision" })
+	var h http.Handler = handlerOn(t, f.Addr(), func(c *config.Config) { c.DecisionHeader = "X-Decision" })
 	for i := 0; i < 5; i++ {
 		rec := serve(h, t.Name())
 		want := "cache"

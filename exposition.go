@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/regions"
 )
@@ -145,8 +146,8 @@ const maxMetricsClasses = 64
 // metricsEndpoint compiles a serveMetrics middleware: its classes
 // (MetricsClasses; nil: every class). It refuses one that also configures
 // a limit: it would apply none.
-func metricsEndpoint(cfg *Config) (*metricsHandler, error) {
-	if err := CheckMetricsOnly(cfg); err != nil {
+func metricsEndpoint(cfg *config.Config) (*metricsHandler, error) {
+	if err := config.CheckMetricsOnly(cfg); err != nil {
 		return nil, err
 	}
 	h := &metricsHandler{}
@@ -155,7 +156,7 @@ func metricsEndpoint(cfg *Config) (*metricsHandler, error) {
 	}
 	for i, c := range cfg.MetricsClasses {
 		c = strings.TrimSpace(c)
-		if err := CheckName(fmt.Sprintf("metricsClasses[%d]", i), c); err != nil {
+		if err := config.CheckName(fmt.Sprintf("metricsClasses[%d]", i), c); err != nil {
 			return nil, err
 		}
 		if h.classes == nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
@@ -42,7 +43,7 @@ func TestNodeAddressQuotedInErrors(t *testing.T) {
 	}
 	// The backend that logs is one of the operator's own addresses (the
 	// configuration's): the node's reaches its log through the error.
-	set := RedisSettings{Mode: redis.Cluster, Endpoints: []string{"127.0.0.1:1"}, Timeout: timeout, PoolSize: 1, ProbeNS: int64(time.Second)}
+	set := config.RedisSettings{Mode: redis.Cluster, Endpoints: []string{"127.0.0.1:1"}, Timeout: timeout, PoolSize: 1, ProbeNS: int64(time.Second)}
 	b := &backend{base: set, breaker: &breaker{}, now: clock.Mono, set: set,
 		rc: redis.New(redis.Options{Mode: redis.Cluster, Endpoints: set.Endpoints, Timeout: timeout, PoolSize: 1}, redis.Hooks{})}
 	mu.Lock()

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
@@ -19,17 +21,17 @@ import (
 // its own.
 var backendSeq int64
 
-func handlerOn(t *testing.T, addr string, mutate func(*Config)) *Tollgate {
+func handlerOn(t *testing.T, addr string, mutate func(*config.Config)) *Tollgate {
 	t.Helper()
 	return handlerWith(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(200) }), mutate)
 }
 
 // handlerWith is handlerOn in front of next.
-func handlerWith(t *testing.T, addr string, next http.Handler, mutate func(*Config)) *Tollgate {
+func handlerWith(t *testing.T, addr string, next http.Handler, mutate func(*config.Config)) *Tollgate {
 	t.Helper()
 	cfg := CreateConfig()
 	cfg.Average, cfg.Period, cfg.Burst = 60, "1m", 5
-	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
+	cfg.SourceCriterion = &config.SourceCriterion{RequestHeaderName: "X-API-Key"}
 	cfg.Redis.Endpoints = []string{addr}
 	cfg.Redis.Timeout = "500ms"
 	cfg.Redis.ProbeInterval = "1h"
@@ -99,7 +101,7 @@ func TestRepliesAreChecked(t *testing.T) {
 
 func TestFailurePolicyCounters(t *testing.T) {
 	// Nothing listens on port 1: every dial is refused.
-	h := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Redis.BreakerThreshold = 3 })
+	h := handlerOn(t, "127.0.0.1:1", func(c *config.Config) { c.Redis.BreakerThreshold = 3 })
 	// New's warm-up dial fails first: one failure.
 	for deadline := time.Now().Add(2 * time.Second); h.be.stats().Failures != 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -124,7 +126,7 @@ func TestFailurePolicyCounters(t *testing.T) {
 }
 
 func TestFailClosedCountsAndAnswers503(t *testing.T) {
-	h := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.FailureMode = "closed"; c.Redis.ProbeInterval = "7s" })
+	h := handlerOn(t, "127.0.0.1:1", func(c *config.Config) { c.FailureMode = "closed"; c.Redis.ProbeInterval = "7s" })
 	rec := serve(h, t.Name())
 	if rl := rec.Header().Get("RateLimit"); !strings.HasSuffix(rl, ";r=0;t=7") {
 		t.Fatalf("503 RateLimit %q, want r=0;t=7", rl)
@@ -139,10 +141,10 @@ func TestNewSharesBackends(t *testing.T) {
 	// connection, hence the pool; another database is another connection.
 	a := handlerOn(t, "127.0.0.1:1", nil)
 	user := a.set.Redis.Username
-	b := handlerOn(t, "127.0.0.1:1", func(c *Config) {
+	b := handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 		c.Redis.Username, c.Average, c.Redis.Timeout, c.Redis.ProbeInterval, c.Redis.BreakerThreshold, c.Redis.PoolSize = user, 7, "9ms", "2s", 5, 3
 	})
-	c := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Redis.Username, c.Redis.DB = user, 8 })
+	c := handlerOn(t, "127.0.0.1:1", func(c *config.Config) { c.Redis.Username, c.Redis.DB = user, 8 })
 	if a.be != b.be || a.be == c.be {
 		t.Fatal("backends: one per connection (address, credentials, db, TLS), whatever the other settings")
 	}
@@ -152,7 +154,7 @@ func TestNewSharesBackends(t *testing.T) {
 }
 
 func TestMultiBucketRepliesAreChecked(t *testing.T) {
-	withRule := func(c *Config) { c.Rules = []Rule{{Name: "search", Average: 10, Burst: 5}} }
+	withRule := func(c *config.Config) { c.Rules = []config.Rule{{Name: "search", Average: 10, Burst: 5}} }
 	for _, tc := range []struct {
 		desc, reply, want string
 	}{
@@ -174,7 +176,7 @@ func TestDecisionHeader(t *testing.T) {
 	// (Each handler is held in a variable: Yaegi cannot pass a call's
 	// *Tollgate result straight as an http.Handler argument.)
 	f := redistest.StartFake(t, "+1 4 0 1000\r\n")
-	withHeader := func(c *Config) { c.DecisionHeader = "x-tollgate-decision" }
+	withHeader := func(c *config.Config) { c.DecisionHeader = "x-tollgate-decision" }
 	var h http.Handler = handlerOn(t, f.Addr(), withHeader)
 	if got := serve(h, t.Name()).Header().Get("X-Tollgate-Decision"); got != "redis" {
 		t.Fatalf("decided by Redis: header %q, want redis", got)
@@ -183,7 +185,7 @@ func TestDecisionHeader(t *testing.T) {
 	if got := serve(h, t.Name()).Header().Get("X-Tollgate-Decision"); got != "local" {
 		t.Fatalf("Redis unavailable: header %q, want local", got)
 	}
-	h = handlerOn(t, "127.0.0.1:1", func(c *Config) { withHeader(c); c.FailureMode = "closed" })
+	h = handlerOn(t, "127.0.0.1:1", func(c *config.Config) { withHeader(c); c.FailureMode = "closed" })
 	if rec := serve(h, t.Name()); rec.Code != 503 || rec.Header().Get("X-Tollgate-Decision") != "unavailable" {
 		t.Fatalf("fail closed: %d, header %q, want 503 unavailable", rec.Code, rec.Header().Get("X-Tollgate-Decision"))
 	}
@@ -208,7 +210,7 @@ func TestFirstChecksWaitForTheWarmUpDial(t *testing.T) {
 	// decided by Redis, on one connection, not by the local fallback.
 	f := redistest.StartFake(t, "+1 3 0 2000\r\n")
 	atomic.StoreInt64(&f.SetName, time.Now().Add(150*time.Millisecond).UnixNano())
-	h := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Timeout = "50ms" })
+	h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Redis.Timeout = "50ms" })
 	serveConcurrently(h, t.Name(), 50)
 	if st := h.be.stats(); st.Fallbacks != 0 || st.Failures != 0 || atomic.LoadInt64(&f.Evals) != 50 {
 		t.Fatalf("stats %+v, %d evals: want 50 checks answered by Redis", st, atomic.LoadInt64(&f.Evals))
@@ -234,7 +236,7 @@ func TestBurstNeverWaitsForADial(t *testing.T) {
 	// (and the ones dialled meanwhile, up to poolSize) instead of waiting
 	// for dials: every dial after the first takes 10 s here.
 	f := redistest.StartFake(t, "+1 3 0 2000\r\n")
-	h := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Timeout = "200ms"; c.Redis.PoolSize = 4 })
+	h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Redis.Timeout = "200ms"; c.Redis.PoolSize = 4 })
 	waitConns(t, h.be.pool, 1)
 	atomic.StoreInt64(&f.SetName, time.Now().Add(10*time.Second).UnixNano())
 	serveConcurrently(h, t.Name(), 300)
@@ -246,7 +248,7 @@ func TestBurstNeverWaitsForADial(t *testing.T) {
 func TestRefusedDialFailsFast(t *testing.T) {
 	// Nothing listens: the check falls back as soon as the dial is
 	// refused, not when its (long) budget runs out.
-	h := handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Redis.Timeout = "3s" })
+	h := handlerOn(t, "127.0.0.1:1", func(c *config.Config) { c.Redis.Timeout = "3s" })
 	start := time.Now()
 	serve(h, t.Name())
 	if el := time.Since(start); el > time.Second || h.be.stats().Fallbacks != 1 {
@@ -265,7 +267,7 @@ func TestBreakerProbesWithoutTraffic(t *testing.T) {
 	// request at all, the breaker closes within probeInterval: the very
 	// first request after is decided by Redis.
 	f := redistest.StartFake(t, "+1 3 0 2000\r\n")
-	h := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.ProbeInterval = "100ms"; c.Redis.BreakerThreshold = 2 })
+	h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Redis.ProbeInterval = "100ms"; c.Redis.BreakerThreshold = 2 })
 	waitConns(t, h.be.pool, 1)
 	f.Down(true)
 	for i := 0; i < 5; i++ {
@@ -292,14 +294,14 @@ func TestBreakerProbesWithoutTraffic(t *testing.T) {
 // TestNineteenDigitNumbersAreDecidedByRedis.)
 func TestNineteenDigitDecisionsAreTaken(t *testing.T) {
 	const burst = 2000000000000000000
-	mutate := func(c *Config) {
+	mutate := func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 1000000000, "1s", burst
 		c.DecisionHeader = "x-tollgate-decision"
 	}
 	// What the script answers, by its Go twin (statement for statement).
 	probe := handlerOn(t, "127.0.0.1:1", mutate)
 	d := make([]int64, 4)
-	takeAll([]Limit{probe.top.ps[0].Lim}, []float64{0}, 1e12, d)
+	bucket.TakeAll([]bucket.Limit{probe.top.ps[0].Lim}, []float64{0}, 1e12, d)
 	f := redistest.StartFake(t, fmt.Sprintf("+%d %d %d %d\r\n", d[0], d[1], d[2], d[3]))
 	var h http.Handler = handlerOn(t, f.Addr(), mutate)
 	if got := serve(h, t.Name()).Header().Get("X-Tollgate-Decision"); got != "redis" || d[1] < 1e18 {

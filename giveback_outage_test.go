@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -85,8 +87,8 @@ func TestGiveBacksOutliveAnOutage(t *testing.T) {
 	addr := redistest.Start(t)
 	p := newCutProxy(t, addr)
 	g := newGate()
-	h := capHandler(t, p.addr(), g, Concurrency{Max: 3, Key: "class", MaxDuration: "10m"}, func(c *Config) { c.Redis.Timeout = "50ms" })
-	zkey := keyPrefix + "c:" + h.set.Class + "}}c"
+	h := capHandler(t, p.addr(), g, config.Concurrency{Max: 3, Key: "class", MaxDuration: "10m"}, func(c *config.Config) { c.Redis.Timeout = "50ms" })
+	zkey := bucket.KeyPrefix + "c:" + h.set.Class + "}}c"
 	recs, done := burst(h, g, 3, func(i int) string { return fmt.Sprint("c", i) })
 	waitArrived(t, g, 3)
 	if n := slots(t, addr, zkey); n != "3" {

@@ -9,6 +9,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
@@ -48,17 +51,17 @@ func golden(t *testing.T, name, got string) {
 
 func testSet(t *testing.T) *policySet {
 	t.Helper()
-	api, err := compileLimit("", 100, "1m", 20, 1)
+	api, err := config.CompileLimit("", 100, "1m", 20, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	api.Name = "api"
-	login, err := compileLimit("rules[0].", 5, "1m", 5, 1)
+	login, err := config.CompileLimit("rules[0].", 5, "1m", 5, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	login.Name, login.KeySuffix, login.FailClosed = "login", ":login", true
-	return newPolicySet([]*Policy{api, login}, len(clientKey("", "")))
+	return newPolicySet([]*config.Policy{api, login}, len(bucket.ClientKey("", "")))
 }
 
 func TestHeadersGolden(t *testing.T) {
@@ -69,15 +72,15 @@ func TestHeadersGolden(t *testing.T) {
 		allowed    bool
 		d          []int64
 	}{
-		{desc: "allowed, ietf", file: "allowed-ietf.txt", mode: headersIETF, allowed: true,
+		{desc: "allowed, ietf", file: "allowed-ietf.txt", mode: config.HeadersIETF, allowed: true,
 			d: []int64{1, 17, 0, 1800, 4, 0, 12000}},
-		{desc: "allowed, legacy", file: "allowed-legacy.txt", mode: headersLegacy, allowed: true,
+		{desc: "allowed, legacy", file: "allowed-legacy.txt", mode: config.HeadersLegacy, allowed: true,
 			d: []int64{1, 17, 0, 1800, 4, 0, 12000}},
-		{desc: "refused by login, both", file: "refused-both.txt", mode: headersIETF | headersLegacy,
+		{desc: "refused by login, both", file: "refused-both.txt", mode: config.HeadersIETF | config.HeadersLegacy,
 			d: []int64{0, 16, 0, 2400, 0, 11001, 60000}},
-		{desc: "allowed, draft 07", file: "allowed-draft07.txt", mode: headersDraft07, allowed: true,
+		{desc: "allowed, draft 07", file: "allowed-draft07.txt", mode: config.HeadersDraft07, allowed: true,
 			d: []int64{1, 17, 0, 1800, 4, 0, 12000}},
-		{desc: "refused by login, draft 07", file: "refused-draft07.txt", mode: headersDraft07,
+		{desc: "refused by login, draft 07", file: "refused-draft07.txt", mode: config.HeadersDraft07,
 			d: []int64{0, 16, 0, 2400, 0, 11001, 60000}},
 		{desc: "refused, no headers", file: "refused-none.txt", mode: 0,
 			d: []int64{0, 0, 400, 12000, 3, 0, 24000}},

@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
@@ -100,7 +101,7 @@ func heartbeatOn(c *redis.Pool, batch []*heartbeat, now int64) {
 		return
 	}
 	ms := sec*1000 + us/1000
-	logSkew((quotaUS(time.Now())-(sec*1000000+us-epochUS))/1000, now) // the quotas' clock against Redis's
+	logSkew((quotaUS(time.Now())-(sec*1000000+us-bucket.EpochUS))/1000, now) // the quotas' clock against Redis's
 	var b []byte
 	for _, hb := range batch {
 		ttlMS := atomic.LoadInt64(&hb.ttlMS)

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 func TestHeartbeatRidesOnChecks(t *testing.T) {
 	f := redistest.StartFake(t, "+1 4 0 1000\r\n")
-	h := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Heartbeat = "150ms" })
+	h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Redis.Heartbeat = "150ms" })
 	if got := replicasSeen(h.hb, h.set.Replicas, clock.Mono()); got != 1 {
 		t.Fatalf("before any heartbeat the fallback divides by %d, want replicas (1)", got)
 	}
@@ -35,14 +36,14 @@ func TestHeartbeatRidesOnChecks(t *testing.T) {
 	time.Sleep(150 * time.Millisecond)
 	serve(h, t.Name())
 	redistest.WaitFor(t, func() bool { return atomic.LoadInt64(&f.Beats) == 2 }, "a heartbeat once due")
-	if l := h.set.Top.localShare(replicasSeen(h.hb, h.set.Replicas, clock.Mono())); l.Burst != 1 {
+	if l := localShare(h.set.Top, replicasSeen(h.hb, h.set.Replicas, clock.Mono())); l.Burst != 1 {
 		t.Fatalf("local share with 3 pods: burst %v, want 5/3 -> 1", l.Burst)
 	}
 }
 
 func TestHeartbeatOff(t *testing.T) {
 	f := redistest.StartFake(t, "+1 4 0 1000\r\n")
-	h := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Heartbeat = "0"; c.Replicas = 2 })
+	h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Redis.Heartbeat = "0"; c.Replicas = 2 })
 	serve(h, t.Name())
 	beatQuiet(t, h) // a beat asked for by that check would be counted now
 	if n := atomic.LoadInt64(&f.Beats); n != 0 || h.hb != nil || replicasSeen(h.hb, h.set.Replicas, clock.Mono()) != 2 {
@@ -93,7 +94,7 @@ func TestHeartbeatConfig(t *testing.T) {
 		cfg := CreateConfig()
 		cfg.Average = 1
 		cfg.Redis.Heartbeat = tc.in
-		s, err := Compile(cfg, "api")
+		s, err := config.Compile(cfg, "api")
 		if tc.wantErr != (err != nil) || err == nil && s.Redis.HeartbeatNS != int64(tc.want) {
 			t.Fatalf("heartbeat %q: err %v, got %v; want %v (error: %v)", tc.in, err, s, tc.want, tc.wantErr)
 		}

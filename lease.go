@@ -4,7 +4,7 @@ package tollgate
 // tokens reserved for it in Redis, with no Redis call.
 //
 // A grant. When Redis admits a request whose client has no lease on this
-// pod, the same script call (leaseScript) asks for one: when every bucket
+// pod, the same script call (LeaseScript) asks for one: when every bucket
 // of the request, after it, still holds 2 x max x the pods counted
 // requests' worth, Redis charges max requests more and names them this
 // pod's until ttl ends. Near the limit nothing is leased, so refusals stay
@@ -24,7 +24,7 @@ package tollgate
 // Under-admission. A lease's tokens are out of the bucket until it ends,
 // spent or not: at most pods x max requests' worth per client, for at most
 // ttl (a pod that dies holds them until its ttl ends). What a lease did
-// not spend goes back (giveBackScript) in one call per interval, never
+// not spend goes back (LeaseReturnScript) in one call per interval, never
 // above burst; a lost give-back only under-admits.
 //
 // The pod's side is one table per Redis backend (leaseTable), bounded,
@@ -32,27 +32,16 @@ package tollgate
 // limits spends the leases the instance before it got.
 
 import (
-	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
-// LeaseShape is a policy's Config.Lease, compiled.
-type LeaseShape struct {
-	Max int64 // requests per lease; 0: none
-	Ttl int64 // ns
-}
-
 const (
-	defaultLeaseTTL = time.Second
-	maxLeaseTTL     = 10 * time.Second
-	minLeaseTTL     = 10 * time.Millisecond
-	maxLeaseMax     = 1000000
 	// maxLeases bounds one backend's table (leases and asks out): past it,
 	// nothing more is asked for.
 	maxLeases = 10000
@@ -73,42 +62,17 @@ const (
 	hotStreak = 2
 )
 
-// compileLease validates a Config.Lease (field names it in errors).
-func compileLease(field string, l Lease) (LeaseShape, error) {
-	if l.Max < 0 {
-		return LeaseShape{}, fmt.Errorf("%s.max: %d is negative", field, l.Max)
-	}
-	if l.Max > maxLeaseMax {
-		return LeaseShape{}, fmt.Errorf("%s.max: %d is more than %d", field, l.Max, maxLeaseMax)
-	}
-	ttl := defaultLeaseTTL
-	if strings.TrimSpace(l.TTL) != "" {
-		d, err := positiveDuration(field+".ttl", l.TTL)
-		if err != nil {
-			return LeaseShape{}, err
-		}
-		if d > maxLeaseTTL {
-			return LeaseShape{}, fmt.Errorf("%s.ttl: %q is longer than %s", field, l.TTL, maxLeaseTTL)
-		}
-		if d < minLeaseTTL {
-			return LeaseShape{}, fmt.Errorf("%s.ttl: %q is shorter than %s (a lease ending before it is used only holds tokens out)", field, l.TTL, minLeaseTTL)
-		}
-		ttl = d
-	}
-	return LeaseShape{Max: l.Max, Ttl: int64(ttl)}, nil
-}
-
 // hotGap is the longest gap between a client's calls on a pod at which
 // a lease of shape is worth asking for: at that rate the pod spends a
 // quarter of it within its ttl.
-func hotGap(shape LeaseShape) int64 {
+func hotGap(shape config.LeaseShape) int64 {
 	return 4 * shape.Ttl / shape.Max
 }
 
 // leasing is what a leased policy set needs: its lease shape, its name in
 // the backend's table and in Redis, and its asking calls.
 type leasing struct {
-	shape LeaseShape
+	shape config.LeaseShape
 	gap   int64 // ns: a client whose calls come closer than this is hot (ask)
 	hot   int64 // how many such calls in a row make it hot: hotStreak (tests set 1)
 	table *leaseTable
@@ -337,7 +301,7 @@ func (tb *leaseTable) giveBack(batch []*lease) {
 	}
 }
 
-// giveBackCommand is giveBackScript's call for leases, and the key it is
+// giveBackCommand is LeaseReturnScript's call for leases, and the key it is
 // routed by: the client's key in a Cluster (one lease), else "" with
 // every key written whole.
 func giveBackCommand(leases []*lease, routed bool) (*redis.Command, string) {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -22,12 +23,12 @@ import (
 // left after the request.
 func hot(t *testing.T, addr, ttl string) *Tollgate {
 	t.Helper()
-	return alwaysHot(handlerOn(t, addr, func(c *Config) {
+	return alwaysHot(handlerOn(t, addr, func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 100, "1s", 100
 		c.Replicas = 1
 		c.Redis.Heartbeat = "0"
 		c.DecisionHeader = "X-Decision"
-		c.Lease = Lease{Max: 40, TTL: ttl}
+		c.Lease = config.Lease{Max: 40, TTL: ttl}
 	}))
 }
 
@@ -152,10 +153,10 @@ func TestLeaseGiveBackKeepsWhatItSpent(t *testing.T) {
 func TestLeaseConcurrentPodsStayWithinTheLimit(t *testing.T) {
 	addr := redistest.Start(t)
 	pod := func() *Tollgate {
-		return alwaysHot(handlerOn(t, addr, func(c *Config) {
+		return alwaysHot(handlerOn(t, addr, func(c *config.Config) {
 			c.Average, c.Period, c.Burst = 100, "1s", 100
 			c.Replicas, c.Redis.Heartbeat, c.DecisionHeader = 1, "0", "X-Decision"
-			c.Lease = Lease{Max: 20, TTL: "10s"}
+			c.Lease = config.Lease{Max: 20, TTL: "10s"}
 		}))
 	}
 	pods := []*Tollgate{pod(), pod()}
@@ -229,11 +230,11 @@ func TestLeaseHostileRepliesGrantNothing(t *testing.T) {
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			f := redistest.StartFake(t, tc.reply)
-			h := alwaysHot(handlerOn(t, f.Addr(), func(c *Config) {
+			h := alwaysHot(handlerOn(t, f.Addr(), func(c *config.Config) {
 				c.Average, c.Period, c.Burst = 100, "1h", 100
 				c.Replicas, c.Redis.Heartbeat, c.DecisionHeader = 1, "0", "X-Decision"
 				c.Redis.BreakerThreshold = 1000
-				c.Lease = Lease{Max: 10, TTL: "10s"}
+				c.Lease = config.Lease{Max: 10, TTL: "10s"}
 			}))
 			for i := 0; i < 12; i++ {
 				rec := serve(h, "k")
@@ -304,11 +305,11 @@ func TestLeaseUnderTheReadmeACL(t *testing.T) {
 	addr := redistest.Start(t)
 	args := readmeACLArgs(t, "acl-s3cret")
 	redistest.Do(t, addr, append([]string{"ACL", "SETUSER"}, args...)...)
-	h := alwaysHot(handlerOn(t, addr, func(c *Config) {
+	h := alwaysHot(handlerOn(t, addr, func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 100, "1h", 100
 		c.Replicas, c.Redis.Heartbeat, c.DecisionHeader = 1, "0", "X-Decision"
 		c.Redis.Username, c.Redis.Password = args[0], "acl-s3cret"
-		c.Lease = Lease{Max: 10, TTL: "10s"}
+		c.Lease = config.Lease{Max: 10, TTL: "10s"}
 	}))
 	_, how := sendAll(h, "k", 5)
 	ls := h.top.lease

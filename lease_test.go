@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -21,12 +23,12 @@ import (
 // no heartbeat (3 pods counted), the decision header on.
 func leased(t *testing.T, addr string, average int64, period string, burst, max int64, ttl string) *Tollgate {
 	t.Helper()
-	return hotSecond(handlerOn(t, addr, func(c *Config) {
+	return hotSecond(handlerOn(t, addr, func(c *config.Config) {
 		c.Average, c.Period, c.Burst = average, period, burst
 		c.Replicas = 3
 		c.Redis.Heartbeat = "0"
 		c.DecisionHeader = "X-Decision"
-		c.Lease = Lease{Max: max, TTL: ttl}
+		c.Lease = config.Lease{Max: max, TTL: ttl}
 	}))
 }
 
@@ -162,7 +164,7 @@ func TestLeaseGivenBackWhenItEnds(t *testing.T) {
 		ms, _ := strconv.ParseInt(v[0], 10, 64)
 		return ms < 250000
 	}, "the lease's 7 to go back")
-	probe := handlerOn(t, addr, func(c *Config) { c.Average, c.Period, c.Burst = 100, "1h", 100 })
+	probe := handlerOn(t, addr, func(c *config.Config) { c.Average, c.Period, c.Burst = 100, "1h", 100 })
 	if got := serve(probe, "k").Header().Get("RateLimit"); !strings.Contains(got, ";r=94;") {
 		t.Errorf("after the give-back: RateLimit %q, want r=94 (95 before this request)", got)
 	}
@@ -177,13 +179,13 @@ func setTAT(t *testing.T, addr, key string, tokens, interval float64) {
 	redistest.Do(t, addr, "SET", key, strconv.FormatFloat(tat*64, 'f', 0, 64), "PX", strconv.FormatInt(int64(tokens*interval/1000)+1, 10))
 }
 
-// redisNowUS is Redis's TIME in µs since epochUS.
+// redisNowUS is Redis's TIME in µs since EpochUS.
 func redisNowUS(t *testing.T, addr string) float64 {
 	t.Helper()
 	v := redistest.Do(t, addr, "TIME")
 	s, _ := strconv.ParseInt(v[0], 10, 64)
 	us, _ := strconv.ParseInt(v[1], 10, 64)
-	return float64(s*1000000+us) - epochUS
+	return float64(s*1000000+us) - bucket.EpochUS
 }
 
 func TestLeaseGiveBackNeverAboveWhatLeasesLeave(t *testing.T) {
@@ -196,7 +198,7 @@ func TestLeaseGiveBackNeverAboveWhatLeasesLeave(t *testing.T) {
 	redistest.Do(t, addr, "HSET", key+"}l", "other-pod/x", fmt.Sprintf("30 %.0f", redisNowUS(t, addr)+5e6))
 	setTAT(t, addr, key, 35, 36e6)
 	ls.table.giveBack([]*lease{{left: 10, until: "0", key: key, field: ls.field, back: ls.back}})
-	probe := handlerOn(t, addr, func(c *Config) { c.Average, c.Period, c.Burst = 100, "1h", 100 })
+	probe := handlerOn(t, addr, func(c *config.Config) { c.Average, c.Period, c.Burst = 100, "1h", 100 })
 	if got := serve(probe, "k").Header().Get("RateLimit"); !strings.Contains(got, ";r=69;") {
 		t.Errorf("RateLimit %q, want r=69: 70 left (100 less the 30 leased), less this request", got)
 	}
@@ -211,10 +213,10 @@ func TestLeaseGiveBackNeverAboveWhatLeasesLeave(t *testing.T) {
 
 func TestLeaseNotForFailClosed(t *testing.T) {
 	addr := redistest.Start(t)
-	h := handlerOn(t, addr, func(c *Config) {
+	h := handlerOn(t, addr, func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 100, "1h", 100
 		c.Replicas, c.Redis.Heartbeat, c.DecisionHeader = 3, "0", "X-Decision"
-		c.Lease = Lease{Max: 10}
+		c.Lease = config.Lease{Max: 10}
 		c.FailureMode = "closed"
 	})
 	if _, how := sendAll(h, "k", 20); how["lease"] != 0 {
@@ -224,10 +226,10 @@ func TestLeaseNotForFailClosed(t *testing.T) {
 
 func TestLeaseSurvivesAReloadAndARedisThatLostItsData(t *testing.T) {
 	addr := redistest.Start(t)
-	cfg := func(c *Config) {
+	cfg := func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 100, "1h", 100
 		c.Replicas, c.Redis.Heartbeat, c.DecisionHeader = 3, "0", "X-Decision"
-		c.Lease = Lease{Max: 10, TTL: "10s"}
+		c.Lease = config.Lease{Max: 10, TTL: "10s"}
 		c.Redis.Username = "reload-test"
 	}
 	h1 := hotSecond(handlerOn(t, addr, cfg))
@@ -254,14 +256,14 @@ func TestLeaseFieldsFromAClockSteppedBackAreDropped(t *testing.T) {
 	// A field whose end lies an hour ahead: granted before Redis's clock
 	// stepped back an hour. It would hold 50 tokens for that hour; it is
 	// dropped, as a field no live lease (ttl at most 10 s) can have.
-	redistest.Do(t, addr, "HSET", key+"}l", "other-pod/x", fmt.Sprintf("50 %d", (time.Now().UnixMicro()-epochUS)+3600e6))
+	redistest.Do(t, addr, "HSET", key+"}l", "other-pod/x", fmt.Sprintf("50 %d", (time.Now().UnixMicro()-bucket.EpochUS)+3600e6))
 	serve(h, "k") // the first call asks for no lease (ask)
 	rec := serve(h, "k")
 	if got := rec.Header().Get("RateLimit"); !strings.Contains(got, ";r=98;") {
 		t.Errorf("RateLimit %q, want r=98 (the stale field ignored; 88 in Redis and 10 leased)", got)
 	}
 	// A live field of another pod's is counted.
-	redistest.Do(t, addr, "HSET", key+"}l", "other-pod/y", fmt.Sprintf("30 %d", (time.Now().UnixMicro()-epochUS)+5e6))
+	redistest.Do(t, addr, "HSET", key+"}l", "other-pod/y", fmt.Sprintf("30 %d", (time.Now().UnixMicro()-bucket.EpochUS)+5e6))
 	// The bucket misses 12 (88 in Redis), and leases hold 40 of its 100:
 	// it holds 60, 59 after the probe's request; the probe's own lease of
 	// 1 is counted in its r.
@@ -274,10 +276,10 @@ func TestLeaseFieldsFromAClockSteppedBackAreDropped(t *testing.T) {
 func TestLeaseDecisionsCounted(t *testing.T) {
 	addr := redistest.Start(t)
 	class := uniqueName("leased")
-	h := hotSecond(handlerOn(t, addr, func(c *Config) {
+	h := hotSecond(handlerOn(t, addr, func(c *config.Config) {
 		c.Class, c.Average, c.Period, c.Burst = class, 100, "1h", 100
 		c.Replicas, c.Redis.Heartbeat = 3, "0"
-		c.Lease = Lease{Max: 10}
+		c.Lease = config.Lease{Max: 10}
 	}))
 	sendAll(h, "k", 12) // 2 by Redis (the second asks), 10 from the lease
 	m := scrape(t)
@@ -291,20 +293,20 @@ func TestLeaseDecisionsCounted(t *testing.T) {
 
 func TestLeaseConfigFromStrings(t *testing.T) {
 	for _, tc := range []struct {
-		lease Lease
+		lease config.Lease
 		ttl   time.Duration
 		err   string
 	}{
-		{lease: Lease{Max: 10}, ttl: time.Second},
-		{lease: Lease{Max: 10, TTL: "2"}, ttl: 2 * time.Second},
-		{lease: Lease{Max: 10, TTL: "1.5s"}, ttl: 1500 * time.Millisecond},
-		{lease: Lease{Max: -1}, err: "lease.max: -1 is negative"},
-		{lease: Lease{Max: 10, TTL: "11s"}, err: `lease.ttl: "11s" is longer than 10s`},
-		{lease: Lease{Max: 10, TTL: "0"}, err: "lease.ttl"},
-		{lease: Lease{Max: 10, TTL: "1ms"}, err: `lease.ttl: "1ms" is shorter than 10ms`},
-		{lease: Lease{Max: 2000000}, err: "lease.max: 2000000 is more than 1000000"},
+		{lease: config.Lease{Max: 10}, ttl: time.Second},
+		{lease: config.Lease{Max: 10, TTL: "2"}, ttl: 2 * time.Second},
+		{lease: config.Lease{Max: 10, TTL: "1.5s"}, ttl: 1500 * time.Millisecond},
+		{lease: config.Lease{Max: -1}, err: "lease.max: -1 is negative"},
+		{lease: config.Lease{Max: 10, TTL: "11s"}, err: `lease.ttl: "11s" is longer than 10s`},
+		{lease: config.Lease{Max: 10, TTL: "0"}, err: "lease.ttl"},
+		{lease: config.Lease{Max: 10, TTL: "1ms"}, err: `lease.ttl: "1ms" is shorter than 10ms`},
+		{lease: config.Lease{Max: 2000000}, err: "lease.max: 2000000 is more than 1000000"},
 	} {
-		got, err := compileLease("lease", tc.lease)
+		got, err := config.CompileLease("lease", tc.lease)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%+v: error %v, want %q", tc.lease, err, tc.err)
@@ -341,10 +343,10 @@ func TestLeaseNotForPairsOfCalls(t *testing.T) {
 	// The default streak: two short gaps in a row. Calls in close pairs
 	// every 30 ms (two connections cycling through the same keys, or two
 	// clients sharing a hot slot) have one short gap at a time: no lease.
-	h := handlerOn(t, addr, func(c *Config) {
+	h := handlerOn(t, addr, func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 1000, "1h", 1000
 		c.Replicas, c.Redis.Heartbeat, c.DecisionHeader = 3, "0", "X-Decision"
-		c.Lease = Lease{Max: 40, TTL: "100ms"} // a gap of 10 ms; grants need 240 left
+		c.Lease = config.Lease{Max: 40, TTL: "100ms"} // a gap of 10 ms; grants need 240 left
 	})
 	for i := 0; i < 4; i++ {
 		_, how := sendAll(h, "pairs", 2)

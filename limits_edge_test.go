@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -23,7 +24,7 @@ import (
 // backend authenticates the first line, Tollgate keys "valid, junk-N", a
 // fresh bucket per request. Burst 2: 20 requests should get 2.
 func TestExtraKeyLinesGainNothing(t *testing.T) {
-	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *Config) {
+	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 		c.Class = uniqueName("keylines")
 		c.Average, c.Period, c.Burst = 2, "1h", 2
 	})
@@ -45,13 +46,13 @@ func TestExtraKeyLinesGainNothing(t *testing.T) {
 // 4, shards 4: from one IP, 10 logins should get 4 (they get 1).
 func TestShardsLeaveARuleKeyedItsOwnWayWhole(t *testing.T) {
 	addr := redistest.Start(t)
-	var h http.Handler = handlerOn(t, addr, func(c *Config) {
+	var h http.Handler = handlerOn(t, addr, func(c *config.Config) {
 		c.Class = uniqueName("shardlogin")
 		c.Average, c.Period, c.Burst = 400, "1h", 400
 		c.Shards = 4
 		c.Redis.Timeout = "1s"
-		c.Rules = []Rule{{Name: "login", PathPrefix: "/login", Average: 4, Period: "1h", Burst: 4,
-			SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: 1}}}}
+		c.Rules = []config.Rule{{Name: "login", PathPrefix: "/login", Average: 4, Period: "1h", Burst: 4,
+			SourceCriterion: &config.SourceCriterion{IPStrategy: &config.IPStrategy{Depth: 1}}}}
 	})
 	if got := admitted(h, 10, "POST", "/login", "X-API-Key", "k-%d", "X-Forwarded-For", "198.51.100.9"); got != 4 {
 		t.Errorf("10 logins from one IP, rule burst 4 on an unsharded key: %d admitted, want 4", got)
@@ -67,8 +68,8 @@ func TestShardsAcceptARuleKeyedItsOwnWay(t *testing.T) {
 	cfg.Average, cfg.Period, cfg.Burst = 800, "1h", 800
 	cfg.Shards = 8
 	cfg.Redis.Endpoints = []string{"127.0.0.1:1"}
-	cfg.Rules = []Rule{{Name: "login", PathPrefix: "/login", Average: 5, Period: "1m", Burst: 5,
-		SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: 1}}}}
+	cfg.Rules = []config.Rule{{Name: "login", PathPrefix: "/login", Average: 5, Period: "1m", Burst: 5,
+		SourceCriterion: &config.SourceCriterion{IPStrategy: &config.IPStrategy{Depth: 1}}}}
 	if _, err := New(nil, http.NotFoundHandler(), cfg, "api"); err != nil {
 		t.Errorf("a login rule keyed by IP (one unsharded key) under shards 8: %v, want accepted", err)
 	}
@@ -86,14 +87,14 @@ func TestShardsAcceptARuleKeyedItsOwnWay(t *testing.T) {
 func TestClusterShadowRuleLeavesTheTopLevelEnforced(t *testing.T) {
 	for _, mode := range []string{"standalone", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
-			var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *Config) {
+			var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 				c.Class = uniqueName("clshadow")
 				c.Average, c.Period, c.Burst = 2, "1h", 2
 				c.Redis.Mode = mode
-				c.Rules = []Rule{
+				c.Rules = []config.Rule{
 					{Name: "trial", PathPrefix: "/", Average: 1, Period: "1h", Burst: 1, Shadow: "true"},
 					{Name: "login", PathPrefix: "/login", Average: 100, Period: "1h", Burst: 100,
-						SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: 1}}},
+						SourceCriterion: &config.SourceCriterion{IPStrategy: &config.IPStrategy{Depth: 1}}},
 				}
 			})
 			key := uniqueName("k")
@@ -113,14 +114,14 @@ func TestClusterShadowRuleLeavesTheTopLevelEnforced(t *testing.T) {
 func TestClusterFailClosedShadowDecidesEveryGroup(t *testing.T) {
 	for _, mode := range []string{"standalone", "cluster"} {
 		t.Run(mode, func(t *testing.T) {
-			var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *Config) {
+			var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 				c.Class = uniqueName("clclosed")
 				c.Average, c.Period, c.Burst = 100, "1h", 100
 				c.Shadow = true
 				c.FailureMode = "closed"
 				c.Redis.Mode = mode
-				c.Rules = []Rule{{Name: "login", PathPrefix: "/login", Average: 2, Period: "1h", Burst: 2,
-					Shadow: "false", FailureMode: "open", SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: 1}}}}
+				c.Rules = []config.Rule{{Name: "login", PathPrefix: "/login", Average: 2, Period: "1h", Burst: 2,
+					Shadow: "false", FailureMode: "open", SourceCriterion: &config.SourceCriterion{IPStrategy: &config.IPStrategy{Depth: 1}}}}
 			})
 			if got := admitted(h, 10, "POST", "/login", "X-API-Key", "k-%d", "X-Forwarded-For", "198.51.100.11"); got != 2 {
 				t.Errorf("%s: 10 logins from one IP, enforcing login burst 2 (fail open, Redis down): %d admitted, want 2", mode, got)
@@ -138,10 +139,10 @@ func TestClusterFailClosedShadowDecidesEveryGroup(t *testing.T) {
 // entry inside excludedIPs falls through to the connection's address (the
 // proxy), which exemptSourceRange may hold: exempt.
 func TestForwardedEntryWithAPortIsTheClient(t *testing.T) {
-	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *Config) {
+	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 		c.Class = uniqueName("xffport")
 		c.Average, c.Period, c.Burst = 2, "1h", 2
-		c.SourceCriterion = &SourceCriterion{IPStrategy: &IPStrategy{ExcludedIPs: []string{"10.0.0.0/8"}}}
+		c.SourceCriterion = &config.SourceCriterion{IPStrategy: &config.IPStrategy{ExcludedIPs: []string{"10.0.0.0/8"}}}
 		c.ExemptSourceRange = []string{"10.0.0.0/8"}
 	})
 	for _, tc := range []struct{ desc, xff string }{
@@ -172,10 +173,10 @@ func TestForwardedEntryWithAPortIsTheClient(t *testing.T) {
 	// so the connection's address (the proxy, 10.0.0.5) is keyed, and
 	// exempt: every client of that proxy passes unlimited (without the
 	// exemption, they would all share one bucket).
-	var hd http.Handler = handlerOn(t, "127.0.0.1:1", func(c *Config) {
+	var hd http.Handler = handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 		c.Class = uniqueName("xffportdepth")
 		c.Average, c.Period, c.Burst = 2, "1h", 2
-		c.SourceCriterion = &SourceCriterion{IPStrategy: &IPStrategy{Depth: 1}}
+		c.SourceCriterion = &config.SourceCriterion{IPStrategy: &config.IPStrategy{Depth: 1}}
 		c.ExemptSourceRange = []string{"10.0.0.0/8"}
 	})
 	got := 0

@@ -12,7 +12,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
 	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/config"
 )
 
 const (
@@ -34,9 +36,9 @@ const (
 
 // localBuckets holds the fallback buckets of one class (or of the overflow
 // classes, see localStores) by bucket key: the TAT of each, in µs since the
-// process start on the monotonic clock (internal/clock). The bucket math (takeAll)
+// process start on the monotonic clock (internal/clock). The bucket math (TakeAll)
 // only needs one origin per store, so this is a valid clock for it; the
-// values are smaller than bucket.go's µs since epochUS, so its precision note
+// values are smaller than bucket.go's µs since EpochUS, so its precision note
 // holds. A bucket with TAT <= now is full, which is the same as absent.
 //
 // Sharded: localShards maps (fewer when max is smaller), each under its own
@@ -88,11 +90,11 @@ func newLocalBuckets(max int) *localBuckets {
 	return lb
 }
 
-// take is takeAll over the local buckets keys[i] with shapes lims[i]: all
+// take is TakeAll over the local buckets keys[i] with shapes lims[i]: all
 // charged or none; d receives the decision. A bucket refused and not clamped
 // is left as it was (absent stays absent). keys is not empty (a policy set
 // has a policy or more).
-func (lb *localBuckets) take(keys []string, lims []Limit, d []int64) bool {
+func (lb *localBuckets) take(keys []string, lims []bucket.Limit, d []int64) bool {
 	k0 := keys[0]
 	j, tag := shardOf(k0, len(lb.shards))
 	if len(keys) > 1 && !sameTag(keys, tag) {
@@ -107,7 +109,7 @@ func (lb *localBuckets) take(keys []string, lims []Limit, d []int64) bool {
 	for i, k := range keys {
 		tats[i] = s.tats[k]
 	}
-	ok := takeAll(lims, tats, now, d)
+	ok := bucket.TakeAll(lims, tats, now, d)
 	for i, k := range keys { // s.put inlined: under Yaegi the call costs more than the work
 		if tats[i] == s.tats[k] {
 			continue // refused and not clamped: unchanged
@@ -142,7 +144,7 @@ func sameTag(keys []string, tag int) bool {
 
 // takeSpread is take over keys of several shards: it locks each once, in
 // increasing order, so that two takes never deadlock.
-func (lb *localBuckets) takeSpread(keys []string, lims []Limit, d []int64) bool {
+func (lb *localBuckets) takeSpread(keys []string, lims []bucket.Limit, d []int64) bool {
 	idx := make([]int, len(keys)) // the shard of each key
 	for i, k := range keys {
 		idx[i], _ = shardOf(k, len(lb.shards))
@@ -158,7 +160,7 @@ func (lb *localBuckets) takeSpread(keys []string, lims []Limit, d []int64) bool 
 	for i, k := range keys {
 		tats[i] = lb.shards[idx[i]].tats[k]
 	}
-	ok := takeAll(lims, tats, now, d)
+	ok := bucket.TakeAll(lims, tats, now, d)
 	for i, k := range keys {
 		if s := lb.shards[idx[i]]; tats[i] != s.tats[k] {
 			s.put(k, tats[i], now, lb.perShard)
@@ -375,3 +377,37 @@ func (lb *localBuckets) unhold(key string) {
 	}
 	lb.heldMu.Unlock()
 }
+
+// localShare is the per-pod fallback bucket while Redis is unavailable and
+// replicas pods share the limit (the region's static share of it, with
+// regions): average/replicas over the same period, burst/replicas, each at
+// least one request's cost.
+func localShare(p *config.Policy, replicas int64) bucket.Limit {
+	if p.Quota != nil || p.Cap != nil {
+		return p.Lim // not counted without Redis (localQuotas), or counted apart (takeHeld): a bucket that refills at once
+	}
+	if replicas < 1 {
+		replicas = 1
+	}
+	share := 1.0
+	if p.RegionPPM != 0 {
+		share = float64(abs64(p.RegionPPM)) / ppm
+	}
+	lb := int64(p.Lim.Burst*share) / replicas
+	if lb < int64(p.Lim.Cost) {
+		lb = int64(p.Lim.Cost)
+	}
+	la := float64(p.Average) * share / float64(replicas)
+	return bucket.Limit{Interval: p.PeriodUS / la, Burst: float64(lb), Cost: p.Lim.Cost}
+}
+
+// abs64 is |v|.
+func abs64(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+// ppm: a region's share of a limit is in parts per million.
+const ppm = 1000000

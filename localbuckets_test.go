@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/bucket"
 )
 
 // testClock is an injected monotonic clock (ns), stepped by the test.
@@ -37,7 +39,7 @@ func newTestBuckets(max int) (*localBuckets, *testClock) {
 
 func TestLocalBucketsSteps(t *testing.T) {
 	lb, clock := newTestBuckets(10)
-	lim := []Limit{{Interval: 1e6, Burst: 2, Cost: 1}} // 1 token/s, 2 at most
+	lim := []bucket.Limit{{Interval: 1e6, Burst: 2, Cost: 1}} // 1 token/s, 2 at most
 	steps := []struct {
 		desc    string
 		at      time.Duration // monotonic clock
@@ -60,7 +62,7 @@ func TestLocalBucketsSteps(t *testing.T) {
 	}
 	for i, s := range steps {
 		clock.set(s.at)
-		d := make([]int64, decisionLen(1))
+		d := make([]int64, bucket.DecisionLen(1))
 		if got := lb.take([]string{"k"}, lim, d); got != s.allowed || d[1] != s.left || d[2] != s.wait {
 			t.Fatalf("step %d (%s): allowed = %t, left %d, wait %d ms; want %t, %d, %d", i, s.desc, got, d[1], d[2], s.allowed, s.left, s.wait)
 		}
@@ -69,8 +71,8 @@ func TestLocalBucketsSteps(t *testing.T) {
 
 func TestLocalBucketsClockBackwardsGrantsNothing(t *testing.T) {
 	lb, clock := newTestBuckets(100)
-	lim := []Limit{{Interval: 60e6, Burst: 3, Cost: 1}} // 1 token/min
-	d := make([]int64, decisionLen(1))
+	lim := []bucket.Limit{{Interval: 60e6, Burst: 3, Cost: 1}} // 1 token/min
+	d := make([]int64, bucket.DecisionLen(1))
 	clock.set(2 * time.Hour)
 	for i := 0; i < 3; i++ {
 		lb.take([]string{"k"}, lim, d)
@@ -102,13 +104,13 @@ func TestLocalBucketsAllOrNothing(t *testing.T) {
 			lb, _ := newTestBuckets(1000)
 			// Ten buckets; the last holds one token.
 			var keys []string
-			var lims []Limit
+			var lims []bucket.Limit
 			for i := 0; i < 10; i++ {
 				keys = append(keys, c.prefix+strconv.Itoa(i))
-				lims = append(lims, Limit{Interval: 1e6, Burst: 5, Cost: 1})
+				lims = append(lims, bucket.Limit{Interval: 1e6, Burst: 5, Cost: 1})
 			}
 			lims[9].Burst = 1
-			d := make([]int64, decisionLen(10))
+			d := make([]int64, bucket.DecisionLen(10))
 			steps := []struct {
 				desc    string
 				allowed bool
@@ -129,7 +131,7 @@ func TestLocalBucketsAllOrNothing(t *testing.T) {
 			// A refusal of a bucket that is absent (cost above burst)
 			// stores nothing.
 			n := lb.size()
-			if lb.take([]string{c.prefix + "new"}, []Limit{{Interval: 1e6, Burst: 1, Cost: 2}}, d) {
+			if lb.take([]string{c.prefix + "new"}, []bucket.Limit{{Interval: 1e6, Burst: 1, Cost: 2}}, d) {
 				t.Fatal("cost 2 on burst 1: allowed = true, want false")
 			}
 			if lb.size() != n {
@@ -144,7 +146,7 @@ func TestLocalBucketsConcurrentTakes(t *testing.T) {
 	// Takes over shared keys, locked in different orders (no deadlock), all
 	// or nothing: a and b are in every take, so exactly 100 pass, and each
 	// charged c or d, never a part of its buckets. Nothing refills.
-	lims := []Limit{{Interval: 1e12, Burst: 100, Cost: 1}, {Interval: 1e12, Burst: 100, Cost: 1}, {Interval: 1e12, Burst: 100, Cost: 1}}
+	lims := []bucket.Limit{{Interval: 1e12, Burst: 100, Cost: 1}, {Interval: 1e12, Burst: 100, Cost: 1}, {Interval: 1e12, Burst: 100, Cost: 1}}
 	orders := [][]string{{"a", "b", "c"}, {"c", "b", "a"}, {"b", "d", "a"}, {"d", "a", "b"}}
 	for _, keys := range orders {
 		if j, _ := shardOf(keys[0], len(lb.shards)); j == shardIndex(lb, keys[1]) && j == shardIndex(lb, keys[2]) {
@@ -158,7 +160,7 @@ func TestLocalBucketsConcurrentTakes(t *testing.T) {
 		wg.Add(1)
 		go func(keys []string) {
 			defer wg.Done()
-			d := make([]int64, decisionLen(3))
+			d := make([]int64, bucket.DecisionLen(3))
 			for i := 0; i < 200; i++ {
 				if lb.take(keys, lims, d) {
 					mu.Lock()
@@ -171,9 +173,9 @@ func TestLocalBucketsConcurrentTakes(t *testing.T) {
 	wg.Wait()
 	// A take that cannot pass (cost above burst) reads what is left.
 	left := make(map[string]int64)
-	d := make([]int64, decisionLen(1))
+	d := make([]int64, bucket.DecisionLen(1))
 	for _, k := range []string{"a", "b", "c", "d"} {
-		lb.take([]string{k}, []Limit{{Interval: 1e12, Burst: 100, Cost: 101}}, d)
+		lb.take([]string{k}, []bucket.Limit{{Interval: 1e12, Burst: 100, Cost: 101}}, d)
 		left[k] = d[1]
 	}
 	if allowed != 100 || left["a"] != 0 || left["b"] != 0 || left["c"]+left["d"] != 100 {
@@ -183,8 +185,8 @@ func TestLocalBucketsConcurrentTakes(t *testing.T) {
 
 func TestLocalBucketsAreBounded(t *testing.T) {
 	lb, _ := newTestBuckets(100)
-	lim := []Limit{{Interval: 1e6, Burst: 5, Cost: 1}}
-	d := make([]int64, decisionLen(1))
+	lim := []bucket.Limit{{Interval: 1e6, Burst: 5, Cost: 1}}
+	d := make([]int64, bucket.DecisionLen(1))
 	for i := 0; i < 1000; i++ {
 		if !lb.take([]string{fmt.Sprint("client", i)}, lim, d) {
 			t.Fatalf("client %d: first request refused", i)
@@ -197,8 +199,8 @@ func TestLocalBucketsAreBounded(t *testing.T) {
 
 func TestLocalBucketsEvictFullBucketsFirst(t *testing.T) {
 	lb, clock := newTestBuckets(100)
-	lim := []Limit{{Interval: 1e6, Burst: 5, Cost: 1}}
-	d := make([]int64, decisionLen(1))
+	lim := []bucket.Limit{{Interval: 1e6, Burst: 5, Cost: 1}}
+	d := make([]int64, bucket.DecisionLen(1))
 	for i := 0; i < 99; i++ {
 		lb.take([]string{fmt.Sprint("client", i)}, lim, d) // full again after 1s
 	}
@@ -219,8 +221,8 @@ func TestLocalBucketsEvictFullBucketsFirst(t *testing.T) {
 // shards' looked, not by time).
 func TestLocalBucketsEvictionLooksAtBoundedEntries(t *testing.T) {
 	lb, _ := newTestBuckets(maxLocalBuckets)
-	lim := []Limit{{Interval: 1e9, Burst: 5, Cost: 1}} // nothing refills during the test
-	d := make([]int64, decisionLen(1))
+	lim := []bucket.Limit{{Interval: 1e9, Burst: 5, Cost: 1}} // nothing refills during the test
+	d := make([]int64, bucket.DecisionLen(1))
 	evictions := 0
 	for i := 0; i < 2*maxLocalBuckets; i++ {
 		key := "flood" + strconv.Itoa(i)
@@ -242,8 +244,8 @@ func TestLocalBucketsEvictionLooksAtBoundedEntries(t *testing.T) {
 func TestLocalStoresIsolateClasses(t *testing.T) {
 	stores := newLocalStores()
 	a, b := stores.forClass("a"), stores.forClass("b")
-	lim := []Limit{{Interval: 1e9, Burst: 3, Cost: 1}} // nothing refills during the test
-	d := make([]int64, decisionLen(1))
+	lim := []bucket.Limit{{Interval: 1e9, Burst: 3, Cost: 1}} // nothing refills during the test
+	d := make([]int64, bucket.DecisionLen(1))
 	for i := 0; i < 3; i++ {
 		b.take([]string{"K"}, lim, d)
 	}
@@ -282,7 +284,7 @@ func TestLocalStoresAreBounded(t *testing.T) {
 	if lb := stores.forClass("c1"); lb != byName["c1"] { // a reload's New: a use
 		t.Fatalf("class c1 asked again: got the store of %q", own[lb])
 	}
-	byName["c2"].take([]string{"k"}, []Limit{{Interval: 1, Burst: 1, Cost: 1}}, make([]int64, decisionLen(1)))
+	byName["c2"].take([]string{"k"}, []bucket.Limit{{Interval: 1, Burst: 1, Cost: 1}}, make([]int64, bucket.DecisionLen(1)))
 	// The other 62 have now been unused for 10 minutes and make room.
 	clock.set(time.Hour + 10*time.Minute)
 	if lb := stores.forClass("z"); lb == stores.overflow || own[lb] != "" {
@@ -304,7 +306,7 @@ func TestLocalStoresAreBounded(t *testing.T) {
 func BenchmarkLocalTakeFull(b *testing.B) {
 	lb, _ := newTestBuckets(maxLocalBuckets)
 	for i := 0; lb.size() < maxLocalBuckets; i++ {
-		key := clientKey("fill", strconv.Itoa(i))
+		key := bucket.ClientKey("fill", strconv.Itoa(i))
 		s := lb.shards[shardIndex(lb, key)]
 		if len(s.tats) < lb.perShard {
 			s.tats[key] = 1e12 // not full for days
@@ -312,10 +314,10 @@ func BenchmarkLocalTakeFull(b *testing.B) {
 	}
 	keys := make([][]string, b.N)
 	for i := range keys {
-		keys[i] = []string{clientKey("new", strconv.Itoa(i))}
+		keys[i] = []string{bucket.ClientKey("new", strconv.Itoa(i))}
 	}
-	lim := []Limit{{Interval: 1e9, Burst: 5, Cost: 1}}
-	d := make([]int64, decisionLen(1))
+	lim := []bucket.Limit{{Interval: 1e9, Burst: 5, Cost: 1}}
+	d := make([]int64, bucket.DecisionLen(1))
 	var worst time.Duration
 	runtime.GC()
 	b.ResetTimer()
@@ -332,9 +334,9 @@ func BenchmarkLocalTakeFull(b *testing.B) {
 // BenchmarkLocalTake is the fallback's usual case: one client's bucket.
 func BenchmarkLocalTake(b *testing.B) {
 	lb := newLocalBuckets(maxLocalBuckets)
-	keys := []string{clientKey("c", "client")}
-	lim := []Limit{{Interval: 1, Burst: 5, Cost: 1}}
-	d := make([]int64, decisionLen(1))
+	keys := []string{bucket.ClientKey("c", "client")}
+	lim := []bucket.Limit{{Interval: 1, Burst: 5, Cost: 1}}
+	d := make([]int64, bucket.DecisionLen(1))
 	for i := 0; i < b.N; i++ {
 		lb.take(keys, lim, d)
 	}

@@ -8,17 +8,21 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/bucket"
 )
 
-// How a request was decided (DecisionHeader).
+// How a request was decided (DecisionHeader), by value: the request's
+// path reads its own constants, not another package's. Each equals the
+// metrics decision it is counted under (metrics.ByRedis, ...; held by
+// TestDecidedMatchesMetrics); decidedAnswered, one past them, is a
+// refusal already answered from its prepared form.
 const (
-	decidedRedis       = metrics.ByRedis
-	decidedLocal       = metrics.ByLocal
-	decidedLease       = metrics.ByLease // admitted from the pod's lease (lease.go)
-	decidedUnavailable = metrics.ByUnavailable
-	decidedCache       = metrics.ByCache    // a refusal from Redis still in force (denycache.go)
-	decidedAnswered    = metrics.NDecisions // the same, already answered from its prepared refusal
+	decidedRedis       = 0
+	decidedLocal       = 1
+	decidedLease       = 2 // admitted from the pod's lease (lease.go)
+	decidedUnavailable = 3
+	decidedCache       = 4 // a refusal from Redis still in force (denycache.go)
+	decidedAnswered    = 5 // the same, already answered from its prepared refusal
 )
 
 // fallback decides without Redis: 503 (decidedUnavailable) when a policy
@@ -64,7 +68,7 @@ func clientKeys(t *Tollgate, set *policySet, req *http.Request, key string) []st
 	for i, p := range set.ps {
 		keys[i] = key
 		if p.Source != nil {
-			keys[i] = clientKey(t.set.Class, p.Source.identity(req))
+			keys[i] = bucket.ClientKey(t.set.Class, identity(p.Source, req))
 		}
 	}
 	return keys
@@ -85,7 +89,7 @@ func fallbackOwn(t *Tollgate, set *policySet, req *http.Request, key string, d [
 
 // fallbackFor is the fallback's decision for req over set, whoever keys it.
 func fallbackFor(t *Tollgate, set *policySet, req *http.Request, d []int64) int {
-	key := clientKey(t.set.Class, t.set.Source.identity(req))
+	key := bucket.ClientKey(t.set.Class, identity(&t.set.Source, req))
 	if set.ownKeys {
 		return fallbackOwn(t, set, req, key, d)
 	}
@@ -102,7 +106,7 @@ func localQuotas(set *policySet, d []int64) {
 		if p.Quota == nil {
 			continue
 		}
-		b := p.Quota.window(now)
+		b := quotaWindow(p.Quota, now)
 		d[1+3*i] = p.Quota.Limit
 		d[2+3*i] = 0
 		d[3+3*i] = (b[2] - us + 999) / 1000
@@ -114,7 +118,7 @@ func localQuotas(set *policySet, d []int64) {
 // least 1) per key, before the buckets; a full cap refuses and charges
 // nothing (its rates' items show their local burst), a bucket's refusal
 // gives the slots back.
-func takeHeld(t *Tollgate, set *policySet, keys []string, lims []Limit, n int64, d []int64) int {
+func takeHeld(t *Tollgate, set *policySet, keys []string, lims []bucket.Limit, n int64, d []int64) int {
 	lb := t.local
 	caps := make([]int64, len(set.ps))
 	ck := make([]string, len(set.ps))

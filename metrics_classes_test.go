@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -17,9 +18,9 @@ func TestMetricsClassesRestrictTheEndpoint(t *testing.T) {
 	mine, other := uniqueName("tenant-a"), uniqueName("tenant-b")
 	for _, class := range []string{mine, other} {
 		class := class
-		var h http.Handler = handlerOn(t, f.Addr(), func(c *Config) {
+		var h http.Handler = handlerOn(t, f.Addr(), func(c *config.Config) {
 			c.Class = class
-			c.Rules = []Rule{{Name: "login", PathPrefix: "/", Average: 5}}
+			c.Rules = []config.Rule{{Name: "login", PathPrefix: "/", Average: 5}}
 		})
 		if rec := serve(h, "k"); rec.Code != 200 {
 			t.Fatalf("%s: %d", class, rec.Code)
@@ -41,7 +42,7 @@ func TestMetricsClassesRestrictTheEndpoint(t *testing.T) {
 		t.Fatal("the default endpoint: no tollgate_deny_cache_entries")
 	}
 	// A list as Docker labels give it, spaces and all.
-	m := scrapeWith(t, func(c *Config) { c.MetricsClasses = []string{" " + mine, "absent-class"} })
+	m := scrapeWith(t, func(c *config.Config) { c.MetricsClasses = []string{" " + mine, "absent-class"} })
 	for s, want := range map[string]float64{
 		requests(mine, mine, "redis", "allowed"):                         1,
 		`tollgate_near_limit_total{class="` + mine + `",policy="login"}`: 0,

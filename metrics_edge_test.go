@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
@@ -26,10 +27,10 @@ import (
 func TestShadowRuleCachesNoRefusalPastTheEnforcingWait(t *testing.T) {
 	addr := redistest.Start(t)
 	class := uniqueName("review-shadowcache")
-	h := handlerOn(t, addr, func(c *Config) {
+	h := handlerOn(t, addr, func(c *config.Config) {
 		c.Class = class
 		c.Average, c.Period, c.Burst = 10, "1s", 1 // one token every 100 ms
-		c.Rules = []Rule{{Name: "slow", Average: 1, Period: "1h", Burst: 1, Shadow: "true"}}
+		c.Rules = []config.Rule{{Name: "slow", Average: 1, Period: "1h", Burst: 1, Shadow: "true"}}
 		c.DecisionHeader = "X-Decision"
 	})
 	if rec := serve(h, "k"); rec.Code != 200 {
@@ -62,13 +63,13 @@ func TestDenyCachesAreNotKeptAcrossReloads(t *testing.T) {
 	before := denies()
 	const reloads = 200
 	for i := 0; i < reloads; i++ { // each New is a reload; the old instance is dropped
-		h := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Username = user })
+		h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Redis.Username = user })
 		if rec := serve(h, "k"); rec.Code != 429 {
 			t.Fatalf("reload %d: %d, want 429", i, rec.Code)
 		}
 	}
 	time.Sleep(20 * time.Millisecond) // every refusal has expired
-	h := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Username = user })
+	h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Redis.Username = user })
 	serve(h, "k")
 	if grown := denies() - before; grown > 10 {
 		t.Fatalf("after %d reloads with no scrape, the metrics registry holds %d more deny caches (all of dropped instances, "+
@@ -85,11 +86,11 @@ func TestDenyCachesAreNotKeptAcrossReloads(t *testing.T) {
 func TestShadowFailClosedAsksRedisOnce(t *testing.T) {
 	f := redistest.StartFake(t, "+1 4 0 1000 4 0 1000\r\n")
 	class, redis := uniqueName("review-shadow2x"), uniqueName("review-shadow2x-redis")
-	h := handlerOn(t, f.Addr(), func(c *Config) {
+	h := handlerOn(t, f.Addr(), func(c *config.Config) {
 		c.Class = class
 		c.Redis.Name = redis
 		c.Redis.Timeout = "200ms"
-		c.Rules = []Rule{{Name: "r", Average: 100, Burst: 100, Shadow: "true", FailureMode: "closed"}}
+		c.Rules = []config.Rule{{Name: "r", Average: 100, Burst: 100, Shadow: "true", FailureMode: "closed"}}
 	})
 	if rec := serve(h, "k"); rec.Code != 200 { // warm: a connection is up
 		t.Fatalf("warm-up: %d", rec.Code)
@@ -117,7 +118,7 @@ func TestShadowFailClosedAsksRedisOnce(t *testing.T) {
 // replicas, a local bucket still 60% full counts as near the limit.
 func TestLocalNearLimitIsOfThePodsShare(t *testing.T) {
 	class := uniqueName("review-localnear")
-	h := handlerOn(t, "127.0.0.1:1", func(c *Config) {
+	h := handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 		c.Class = class
 		c.Average, c.Period, c.Burst = 100, "1h", 100
 		c.Replicas = 4 // local share: 25 tokens
@@ -147,7 +148,7 @@ func TestRedisNameFollowsReloads(t *testing.T) {
 	oldName, newName := uniqueName("review-old"), uniqueName("review-new")
 	for _, name := range []string{oldName, newName} {
 		name := name
-		h := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Username = user; c.Redis.Name = name })
+		h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Redis.Username = user; c.Redis.Name = name })
 		serve(h, "k")
 	}
 	m := scrape(t)
@@ -164,7 +165,7 @@ func TestConcurrentScrapesServesAndReloads(t *testing.T) {
 	f := redistest.StartFake(t, "+0 0 50 1000\r\n")
 	class := uniqueName("review-concurrent")
 	mk := func() http.Handler {
-		return handlerOn(t, f.Addr(), func(c *Config) { c.Class = class; c.Redis.Username = class })
+		return handlerOn(t, f.Addr(), func(c *config.Config) { c.Class = class; c.Redis.Username = class })
 	}
 	var wg sync.WaitGroup
 	var done int32
@@ -200,7 +201,7 @@ func TestReplacedBackendLeavesTheGauges(t *testing.T) {
 	f := redistest.StartFake(t, "+1 4 0 1000\r\n")
 	redis := uniqueName("abandoned")
 	f.Down(true)
-	old := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Name = redis; c.Redis.BreakerThreshold = 2 })
+	old := handlerOn(t, f.Addr(), func(c *config.Config) { c.Redis.Name = redis; c.Redis.BreakerThreshold = 2 })
 	for i := 0; i < 10; i++ {
 		serve(old, "k")
 	}
@@ -208,7 +209,7 @@ func TestReplacedBackendLeavesTheGauges(t *testing.T) {
 		t.Fatal("setup: the old backend's breaker did not open")
 	}
 	f.Down(false)
-	h := handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Name = redis; c.Redis.BreakerThreshold = 2 })
+	h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Redis.Name = redis; c.Redis.BreakerThreshold = 2 })
 	for i := 0; i < 3; i++ {
 		if rec := serve(h, "k"); rec.Code != 200 {
 			t.Fatalf("after the reload: %d", rec.Code)
@@ -238,7 +239,7 @@ func TestForgottenPolicyReturnsAtItsNextNew(t *testing.T) {
 	defer func() { shared.metrics, shared.now = saved, savedNow }()
 	f := redistest.StartFake(t, "+1 4 0 1000\r\n")
 	class := uniqueName("forgotten")
-	h := handlerOn(t, f.Addr(), func(c *Config) { c.Class = class })
+	h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Class = class })
 	serve(h, "k")
 	scrape(t) // its total seen
 	later := shared.now() + int64(metrics.Idle) + int64(time.Minute)
@@ -249,7 +250,7 @@ func TestForgottenPolicyReturnsAtItsNextNew(t *testing.T) {
 	if _, ok := scrape(t)[requests(class, class, "redis", "allowed")]; ok {
 		t.Fatal("a forgotten policy is still served")
 	}
-	h = handlerOn(t, f.Addr(), func(c *Config) { c.Class = class }) // a reload
+	h = handlerOn(t, f.Addr(), func(c *config.Config) { c.Class = class }) // a reload
 	serve(h, "k")
 	if got := scrape(t)[requests(class, class, "redis", "allowed")]; got != 1 {
 		t.Fatalf("after the class's next New: allowed = %v, want 1 (counting again, from zero)", got)

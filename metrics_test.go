@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
@@ -33,7 +34,7 @@ func scrape(t *testing.T) map[string]float64 {
 }
 
 // scrapeWith is scrape from an endpoint configured by mutate.
-func scrapeWith(t *testing.T, mutate func(*Config)) map[string]float64 {
+func scrapeWith(t *testing.T, mutate func(*config.Config)) map[string]float64 {
 	t.Helper()
 	cfg := CreateConfig()
 	cfg.ServeMetrics = true
@@ -80,13 +81,13 @@ func TestMetricsCountEachRequestOnce(t *testing.T) {
 	admit := redistest.StartFake(t, "+1 0 0 1000\r\n")    // admitted, no token left: near the limit
 	refuse := redistest.StartFake(t, "+0 0 500 1000\r\n") // refused, 500 ms to wait
 	class := uniqueName("count")
-	var h http.Handler = handlerOn(t, admit.Addr(), func(c *Config) { c.Class = class })
+	var h http.Handler = handlerOn(t, admit.Addr(), func(c *config.Config) { c.Class = class })
 	for i := 0; i < 3; i++ {
 		if rec := serve(h, "a"); rec.Code != 200 {
 			t.Fatalf("admitted: %d", rec.Code)
 		}
 	}
-	h = handlerOn(t, refuse.Addr(), func(c *Config) { c.Class = class })
+	h = handlerOn(t, refuse.Addr(), func(c *config.Config) { c.Class = class })
 	for i := 0; i < 2; i++ {
 		if rec := serve(h, fmt.Sprint("r", i)); rec.Code != 429 {
 			t.Fatalf("refused: %d", rec.Code)
@@ -95,11 +96,11 @@ func TestMetricsCountEachRequestOnce(t *testing.T) {
 	if rec := serve(h, "r0"); rec.Code != 429 { // from the deny cache
 		t.Fatalf("refused again: %d", rec.Code)
 	}
-	h = handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Class = class })
+	h = handlerOn(t, "127.0.0.1:1", func(c *config.Config) { c.Class = class })
 	if rec := serve(h, "l"); rec.Code != 200 {
 		t.Fatalf("local: %d", rec.Code)
 	}
-	h = handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Class = class; c.FailureMode = "closed" })
+	h = handlerOn(t, "127.0.0.1:1", func(c *config.Config) { c.Class = class; c.FailureMode = "closed" })
 	if rec := serve(h, "u"); rec.Code != 503 {
 		t.Fatalf("unavailable: %d", rec.Code)
 	}
@@ -125,7 +126,7 @@ func TestMetricsSurviveReloads(t *testing.T) {
 	f := redistest.StartFake(t, "+1 4 0 1000\r\n")
 	class := uniqueName("reload")
 	for i := 0; i < 3; i++ { // each New is a reload of the same class
-		var h http.Handler = handlerOn(t, f.Addr(), func(c *Config) { c.Class = class })
+		var h http.Handler = handlerOn(t, f.Addr(), func(c *config.Config) { c.Class = class })
 		serve(h, "k")
 	}
 	if got := scrape(t)[requests(class, class, "redis", "allowed")]; got != 3 {
@@ -135,7 +136,7 @@ func TestMetricsSurviveReloads(t *testing.T) {
 
 func TestMetricsBreakerAndErrors(t *testing.T) {
 	class, redis := uniqueName("breaker"), uniqueName("down")
-	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *Config) {
+	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 		c.Class = class
 		c.Redis.Name = redis
 		c.Redis.BreakerThreshold = 2
@@ -165,7 +166,7 @@ func TestMetricsBreakerAndErrors(t *testing.T) {
 func TestMetricsCheckDurations(t *testing.T) {
 	f := redistest.StartFake(t, "+1 4 0 1000\r\n")
 	redis := uniqueName("timed")
-	var h http.Handler = handlerOn(t, f.Addr(), func(c *Config) { c.Redis.Name = redis })
+	var h http.Handler = handlerOn(t, f.Addr(), func(c *config.Config) { c.Redis.Name = redis })
 	for i := 0; i < 2000; i++ { // (63/64)^2000: no check timed, once in 10^13
 		serve(h, "k")
 	}
@@ -183,7 +184,7 @@ func TestMetricsCheckDurations(t *testing.T) {
 func TestShadowNeverRefuses(t *testing.T) {
 	f := redistest.StartFake(t, "+0 0 500 1000\r\n")
 	class := uniqueName("shadow")
-	var h http.Handler = handlerOn(t, f.Addr(), func(c *Config) {
+	var h http.Handler = handlerOn(t, f.Addr(), func(c *config.Config) {
 		c.Class = class
 		c.Shadow = true
 		c.DecisionHeader = "X-Tollgate-Decision"
@@ -204,7 +205,7 @@ func TestShadowNeverRefuses(t *testing.T) {
 			t.Fatalf("request %d: RateLimit %q, want what enforcing shows", i, got)
 		}
 	}
-	h = handlerOn(t, "127.0.0.1:1", func(c *Config) { c.Class = class; c.Shadow = true; c.FailureMode = "closed" })
+	h = handlerOn(t, "127.0.0.1:1", func(c *config.Config) { c.Class = class; c.Shadow = true; c.FailureMode = "closed" })
 	if rec := serve(h, "k"); rec.Code != 200 {
 		t.Fatalf("shadow, fail closed, Redis down: %d, want 200", rec.Code)
 	}
@@ -226,10 +227,10 @@ func TestShadowNeverRefuses(t *testing.T) {
 // (Redis down), whose buckets are exact.
 func TestShadowRuleLeavesTheTopLevelEnforced(t *testing.T) {
 	class := uniqueName("shadowrule")
-	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *Config) {
+	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 		c.Class = class
 		c.Average, c.Period, c.Burst = 3, "1h", 3
-		c.Rules = []Rule{{Name: "search", Average: 1, Period: "1h", Burst: 1, Shadow: "true"}}
+		c.Rules = []config.Rule{{Name: "search", Average: 1, Period: "1h", Burst: 1, Shadow: "true"}}
 	})
 	var codes []int
 	for i := 0; i < 5; i++ {
@@ -253,8 +254,8 @@ func TestShadowRuleLeavesTheTopLevelEnforced(t *testing.T) {
 // class keeps.
 func TestShadowOffEnforcesWithTheBucketsAsTheyAre(t *testing.T) {
 	class := uniqueName("shadowoff")
-	limit := func(shadow bool) func(*Config) {
-		return func(c *Config) {
+	limit := func(shadow bool) func(*config.Config) {
+		return func(c *config.Config) {
 			c.Class = class
 			c.Average, c.Period, c.Burst = 3, "1h", 3
 			c.Shadow = shadow
@@ -283,7 +284,7 @@ func TestShadowLogsOncePerProbeInterval(t *testing.T) {
 	defer log.SetOutput(os.Stderr)
 	f := redistest.StartFake(t, "+0 0 500 1000\r\n")
 	class := uniqueName("shadowlog")
-	var h http.Handler = handlerOn(t, f.Addr(), func(c *Config) { c.Class = class; c.Shadow = true })
+	var h http.Handler = handlerOn(t, f.Addr(), func(c *config.Config) { c.Class = class; c.Shadow = true })
 	for i := 0; i < 20; i++ {
 		serve(h, fmt.Sprint("k", i)) // fresh keys: each asks Redis
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -20,7 +22,7 @@ import (
 // 10, cost 3: three requests take 9 tokens, the fourth finds 1.
 func TestScriptChargesCostWhenItAdmits(t *testing.T) {
 	addr := redistest.Start(t)
-	h := handlerWith(t, addr, http.NotFoundHandler(), func(c *Config) {
+	h := handlerWith(t, addr, http.NotFoundHandler(), func(c *config.Config) {
 		c.Average, c.Period, c.Burst, c.Cost = 1, "1h", 10, 3
 	})
 	for i := 1; i <= 4; i++ {
@@ -40,8 +42,8 @@ func TestScriptChargesCostWhenItAdmits(t *testing.T) {
 func TestExpiredSlotIsSweptBeforeItsKeyExpires(t *testing.T) {
 	addr := redistest.Start(t)
 	noop := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {})
-	h := capHandler(t, addr, noop, Concurrency{Max: 1, Key: "class"}, nil)
-	zkey := keyPrefix + "c:" + h.set.Class + "}}c"
+	h := capHandler(t, addr, noop, config.Concurrency{Max: 1, Key: "class"}, nil)
+	zkey := bucket.KeyPrefix + "c:" + h.set.Class + "}}c"
 	past := int64(redisNowUS(t, addr)) - 10*1000000 // 10 s ago
 	redistest.Do(t, addr, "ZADD", zkey, strconv.FormatInt(past, 10), "123456789012345678")
 	redistest.Do(t, addr, "PEXPIRE", zkey, "3600000")
@@ -55,9 +57,9 @@ func TestExpiredSlotIsSweptBeforeItsKeyExpires(t *testing.T) {
 // hour: a request refused by both waits the hour.
 func TestRetryAfterIsTheLongestWait(t *testing.T) {
 	addr := redistest.Start(t)
-	h := handlerWith(t, addr, http.NotFoundHandler(), func(c *Config) {
+	h := handlerWith(t, addr, http.NotFoundHandler(), func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 1, "1m", 1
-		c.Rules = []Rule{{Name: "slow", PathPrefix: "/", Average: 1, Period: "1h", Burst: 1}}
+		c.Rules = []config.Rule{{Name: "slow", PathPrefix: "/", Average: 1, Period: "1h", Burst: 1}}
 	})
 	if rec := serve(h, "k"); rec.Code != http.StatusNotFound {
 		t.Fatalf("first request: %d, want admitted", rec.Code)
@@ -72,10 +74,10 @@ func TestRetryAfterIsTheLongestWait(t *testing.T) {
 // Catches: a set failing closed only when its last policy does. The top
 // level fails closed, a matching rule open; Redis is down: 503.
 func TestAClosedPolicyClosesTheSet(t *testing.T) {
-	h := handlerWith(t, "127.0.0.1:1", http.NotFoundHandler(), func(c *Config) {
+	h := handlerWith(t, "127.0.0.1:1", http.NotFoundHandler(), func(c *config.Config) {
 		c.FailureMode = "closed"
 		c.Redis.Timeout = "50ms"
-		c.Rules = []Rule{{Name: "open", PathPrefix: "/", Average: 100, Period: "1m", Burst: 100, FailureMode: "open"}}
+		c.Rules = []config.Rule{{Name: "open", PathPrefix: "/", Average: 100, Period: "1m", Burst: 100, FailureMode: "open"}}
 	})
 	if rec := serve(h, "k"); rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("Redis down, the top level closed and a rule open: %d, want 503", rec.Code)
@@ -89,7 +91,7 @@ func TestAClosedPolicyClosesTheSet(t *testing.T) {
 // admitted.
 func TestLocalCapSlotComesBackWhenARateRefuses(t *testing.T) {
 	noop := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {})
-	h := capHandler(t, "127.0.0.1:1", noop, Concurrency{Max: 1}, func(c *Config) {
+	h := capHandler(t, "127.0.0.1:1", noop, config.Concurrency{Max: 1}, func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 2, "1s", 1
 		c.Replicas = 1
 		c.Redis.Timeout = "50ms"
@@ -113,10 +115,10 @@ func TestLocalCapSlotComesBackWhenARateRefuses(t *testing.T) {
 func TestExemptionNeedsAClientAddressUnderExcludedIPs(t *testing.T) {
 	addr := redistest.Start(t)
 	for n, xff := range []string{"not-an-address", "10.0.0.7, 10.0.0.8"} {
-		h := handlerWith(t, addr, http.NotFoundHandler(), func(c *Config) {
+		h := handlerWith(t, addr, http.NotFoundHandler(), func(c *config.Config) {
 			c.Average, c.Period, c.Burst = 1, "1h", 2
 			c.Class = fmt.Sprintf("exempt-%d", n)
-			c.SourceCriterion = &SourceCriterion{IPStrategy: &IPStrategy{ExcludedIPs: []string{"10.0.0.0/8"}}}
+			c.SourceCriterion = &config.SourceCriterion{IPStrategy: &config.IPStrategy{ExcludedIPs: []string{"10.0.0.0/8"}}}
 			c.ExemptSourceRange = []string{"10.0.0.0/8"}
 		})
 		admitted := 0
@@ -155,7 +157,7 @@ func TestAdmittedTIsRoundedUp(t *testing.T) {
 		// A pod stalled for 0.4 s between the last two requests would
 		// change the wait by a second: such a try is made again.
 		for try := 0; ; try++ {
-			h := handlerWith(t, addr, http.NotFoundHandler(), func(c *Config) {
+			h := handlerWith(t, addr, http.NotFoundHandler(), func(c *config.Config) {
 				c.Average, c.Period, c.Burst, c.Cost = tc.burst, "10s", tc.burst, tc.cost
 				c.Class = fmt.Sprintf("round-%d-%d", tc.burst, try)
 			})
@@ -188,7 +190,7 @@ func TestQuotaCountsInTheWindowThatHoldsRedisTime(t *testing.T) {
 	hour := int64(3600 * 1000000)
 	b := []int64{now + 10000000 - hour, now + 10000000, now + 10000000 + hour, now + 10000000 + 2*hour} // the pod 10 s ahead
 	win := fmt.Sprintf("%d %d %d %d 0", b[0], b[1], b[2], b[3])
-	redistest.Do(t, addr, "EVAL", bucketScript, "1", "tg{q}", "-5", win, "1")
+	redistest.Do(t, addr, "EVAL", bucket.BucketScript, "1", "tg{q}", "-5", win, "1")
 	prev := redistest.Do(t, addr, "GET", fmt.Sprintf("tg{q}@%d", b[0]/1000000))
 	cur := redistest.Do(t, addr, "GET", fmt.Sprintf("tg{q}@%d", b[1]/1000000))
 	if len(prev) != 1 || prev[0] != "1" || len(cur) == 1 && cur[0] != "" {
@@ -212,7 +214,7 @@ func TestQuotaOutsideThePodsWindowsIsRefused(t *testing.T) {
 	} {
 		b := []int64{tc.start, tc.start + hour, tc.start + 2*hour, tc.start + 3*hour}
 		win := fmt.Sprintf("%d %d %d %d 0", b[0], b[1], b[2], b[3])
-		v := redistest.Do(t, addr, "EVAL", bucketScript, "1", "tg{skew}", "-5", win, "1")
+		v := redistest.Do(t, addr, "EVAL", bucket.BucketScript, "1", "tg{skew}", "-5", win, "1")
 		if len(v) != 1 || !strings.HasPrefix(v[0], "-") || !strings.Contains(v[0], "outside the quota windows") {
 			t.Errorf("%s: %q, want the script's error", tc.desc, v)
 		}

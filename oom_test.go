@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
@@ -41,7 +42,7 @@ func TestRedisOutOfMemoryAppliesTheFailurePolicy(t *testing.T) {
 		{"open", "local", 200},
 		{"closed", "unavailable", 503},
 	} {
-		h := handlerOn(t, addr, func(c *Config) {
+		h := handlerOn(t, addr, func(c *config.Config) {
 			c.Class = uniqueName("oom")
 			c.FailureMode = tc.mode
 			c.DecisionHeader = "X-Decision"

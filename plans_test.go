@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -43,18 +44,18 @@ func admitted(h http.Handler, n int, method, path string, headers ...string) int
 	return ok
 }
 
-func plansConfig(class string) func(*Config) {
-	return func(c *Config) {
+func plansConfig(class string) func(*config.Config) {
+	return func(c *config.Config) {
 		c.Class = class
 		c.Average, c.Period, c.Burst = 1, "1m", 1 // the top level: for no plan at all
 		c.PlanHeader = "X-Plan"
 		c.DefaultPlan = "free"
-		c.Plans = []Plan{
+		c.Plans = []config.Plan{
 			{Name: "free", Average: 2, Period: "1m", Burst: 2},
 			{Name: "pro", Average: 4, Period: "1m", Burst: 4},
 			{Name: "internal", Unlimited: true},
 		}
-		c.Rules = []Rule{{Name: "login", PathPrefix: "/login", Average: 1, Period: "1m", Burst: 1}}
+		c.Rules = []config.Rule{{Name: "login", PathPrefix: "/login", Average: 1, Period: "1m", Burst: 1}}
 	}
 }
 
@@ -117,10 +118,10 @@ func TestPlanChangeMovesToItsBucket(t *testing.T) {
 // TestExemptSourceRange: clients in an exempt range pass untouched, with
 // no headers; others are limited.
 func TestExemptSourceRange(t *testing.T) {
-	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *Config) {
+	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 		c.Class = uniqueName("exempt")
 		c.Average, c.Period, c.Burst = 1, "1m", 1
-		c.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key", IPStrategy: &IPStrategy{Depth: 1}}
+		c.SourceCriterion = &config.SourceCriterion{RequestHeaderName: "X-API-Key", IPStrategy: &config.IPStrategy{Depth: 1}}
 		c.ExemptSourceRange = []string{"10.0.0.0/8", "2001:db8::/32"}
 	})
 	for _, tc := range []struct {
@@ -152,13 +153,13 @@ func TestLoginKeyedByIPHoldsFreshAPIKeys(t *testing.T) {
 		{"local fallback", func(_ *testing.T) string { return "127.0.0.1:1" }},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
-			var h http.Handler = handlerOn(t, tc.addr(t), func(c *Config) {
+			var h http.Handler = handlerOn(t, tc.addr(t), func(c *config.Config) {
 				c.Class = uniqueName("login")
 				c.Average, c.Period, c.Burst = 100, "1m", 100
-				c.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
+				c.SourceCriterion = &config.SourceCriterion{RequestHeaderName: "X-API-Key"}
 				c.Redis.Timeout = "1s"
-				c.Rules = []Rule{{Name: "login", PathPrefix: "/login", Methods: []string{"POST"}, Average: 5, Period: "1m", Burst: 5,
-					FailureMode: "closed", SourceCriterion: &SourceCriterion{IPStrategy: &IPStrategy{Depth: 1}}}}
+				c.Rules = []config.Rule{{Name: "login", PathPrefix: "/login", Methods: []string{"POST"}, Average: 5, Period: "1m", Burst: 5,
+					FailureMode: "closed", SourceCriterion: &config.SourceCriterion{IPStrategy: &config.IPStrategy{Depth: 1}}}}
 				if tc.desc != "redis" {
 					c.Rules[0].FailureMode = "open" // the fallback decides
 				}
@@ -195,8 +196,8 @@ func TestPlansWithoutDefaultRefused(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			cfg := CreateConfig()
 			cfg.Average, cfg.PlanHeader, cfg.DefaultPlan = tc.average, "X-Plan", tc.def
-			cfg.Plans = []Plan{{Name: "free", Average: 5}, {Name: "internal", Unlimited: true}}
-			_, err := Compile(cfg, "api@file")
+			cfg.Plans = []config.Plan{{Name: "free", Average: 5}, {Name: "internal", Unlimited: true}}
+			_, err := config.Compile(cfg, "api@file")
 			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.HasPrefix(err.Error(), "plans: ") || !strings.Contains(err.Error(), tc.err)) {
 				t.Fatalf("compile: %v, want %q", err, tc.err)
 			}

@@ -9,8 +9,8 @@
 // slower than its timeout the request falls back to a per-pod bucket
 // (fail-open), or answers 503 for policies that fail closed; see fallback.go.
 // A client's plan (from the authentication layer) may replace the
-// top-level limit and a rule may key clients its own way (keys.go); shadow
-// policies are charged but never refuse (shadow.go); every decision is
+// top-level limit and a rule may key clients its own way (source.go); shadow
+// policies are charged but never refuse (answer.go); every decision is
 // counted for a serveMetrics middleware to serve (internal/metrics).
 //
 // Traefik loads the package from source through Yaegi: CreateConfig, then New
@@ -27,15 +27,23 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
+	"github.com/tollgate-dev/tollgate/internal/regions"
 )
 
+// CreateConfig returns the default configuration (config.Default);
+// Traefik decodes the middleware's options over it.
+func CreateConfig() *config.Config { return config.Default() }
+
 // New builds the middleware. It validates and compiles cfg; it dials nothing.
-func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.Handler, error) {
+func New(_ context.Context, next http.Handler, cfg *config.Config, name string) (http.Handler, error) {
 	atomic.StoreInt64(&shared.lastNew, shared.now())
 	if cfg != nil && cfg.ServeMetrics {
 		h, err := metricsEndpoint(cfg)
@@ -44,7 +52,7 @@ func New(_ context.Context, next http.Handler, cfg *Config, name string) (http.H
 		}
 		return h, nil
 	}
-	set, err := Compile(cfg, name)
+	set, err := config.Compile(cfg, name)
 	if err != nil {
 		return nil, fmt.Errorf("tollgate %s: %w", name, err)
 	}
@@ -142,7 +150,7 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	key, r := "", notDenied // any identity but a header's: decideAny's
 	if v := req.Header[t.set.Source.Header]; t.set.ByHeader && len(v) > 0 && v[0] != "" {
 		sum := sha256.Sum256([]byte(t.set.HeaderTag + v[0]))
-		key = keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}" // hashKey, inlined
+		key = bucket.KeyPrefix + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}" // HashKey, inlined
 		// A lease is spent first, before the deny cache (decideLeased).
 		if ls := t.top.lease; ls != nil && atomic.LoadInt64(&ls.table.n) != 0 && serveLeased(t, rw, req, key) {
 			return
@@ -165,7 +173,7 @@ func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key stri
 		serveQuotas(t, rw, req, key, r)
 		return
 	}
-	d := make([]int64, 4) // decisionLen(1)
+	d := make([]int64, 4) // DecisionLen(1)
 	how := decidedRedis
 	// decideKey's common case inlined (a frame fewer: 0.9 KB under Yaegi).
 	if key == "" {
@@ -308,7 +316,7 @@ func serveLeased(t *Tollgate, rw http.ResponseWriter, req *http.Request, key str
 // take's call kept for its give-back (release), not built again.
 func serveCapped(t *Tollgate, rw http.ResponseWriter, req *http.Request) {
 	top := t.top
-	key := clientKey(t.set.Class, t.set.Source.identity(req))
+	key := bucket.ClientKey(t.set.Class, identity(&t.set.Source, req))
 	d := make([]int64, top.decisionLen)
 	if atomic.LoadInt64(&top.denied.n) != 0 {
 		r := refuseCached(top.denied, key, rw)
@@ -355,7 +363,7 @@ func serveCapped(t *Tollgate, rw http.ResponseWriter, req *http.Request) {
 // depends on the request), no top-level limit, several policies or headers
 // other than IETF alone.
 func (t *Tollgate) serveAny(rw http.ResponseWriter, req *http.Request) {
-	if t.set.Exempt != nil && t.set.Source.exempt(req, t.set.Exempt) {
+	if t.set.Exempt != nil && exempt(&t.set.Source, req, t.set.Exempt) {
 		t.next.ServeHTTP(rw, req) // exemptSourceRange: untouched
 		return
 	}
@@ -391,19 +399,19 @@ const (
 func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 	var mask, bit uint64 = 0, 1
 	for _, r := range t.set.Rules {
-		if r.matches(req) {
+		if matches(r, req) {
 			mask |= bit
 		}
 		bit <<= 1
 	}
 	ps := t.set.TopPolicies()
 	if t.set.Plans != nil {
-		if pi := t.set.planOf(req); pi >= 0 {
+		if pi := planOf(t.set, req); pi >= 0 {
 			ps = nil // unlimited
 			if p := t.set.Plans[pi]; p != nil {
 				ps = t.set.WithQuotas(p, t.set.PlanQuotas, pi)
 			}
-			mask |= uint64(pi+1) << maxRules
+			mask |= uint64(pi+1) << config.MaxRules
 		}
 	}
 	if mask == 0 {
@@ -414,7 +422,7 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 	if s, ok := t.sets[mask]; ok {
 		return s
 	}
-	ps = append([]*Policy(nil), ps...)
+	ps = append([]*config.Policy(nil), ps...)
 	bit = 1
 	for i, r := range t.set.Rules {
 		if mask&bit != 0 {
@@ -433,4 +441,37 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 	t.withLeases(s)
 	t.sets[mask] = s
 	return s
+}
+
+// The middleware as New builds it (plugin.go): what one router's request
+// path reads.
+
+// Tollgate is the middleware handler built by New.
+//
+// Model: each request belongs to a client (sourceCriterion) and takes cost
+// tokens from the client's bucket of the class (average tokens per period,
+// at most burst; its plan's, with plans) and from the bucket of every rule
+// it matches (under the rule's own identity, when it has one), all or
+// nothing, in Redis on Redis's clock; the buckets are shared by every
+// replica and every router of the class. Without a top-level limit and with
+// no matching rule a request passes untouched; so does a client in
+// exemptSourceRange.
+//
+// Safe for concurrent use. A Tollgate owns nothing that needs closing: its
+// Redis pool, breaker and fallback buckets belong to the registry, so
+// Traefik may drop it at any reload. Invariant: ServeHTTP calls next with
+// the ResponseWriter it was given (never a wrapper), or answers itself.
+type Tollgate struct {
+	next   http.Handler
+	set    *config.Settings
+	be     *backend
+	local  *localBuckets
+	top    *policySet     // the set when no rule matches; nil without a top-level limit
+	hb     *heartbeat     // the class's pod count; nil with the heartbeat off
+	notes  *regions.Notes // where requests note keys for the region exchange; nil without regions (internal/regions)
+	plain  bool           // ServeHTTP's common case applies: top alone, plain (see policySet)
+	capped bool           // top alone, with a concurrency cap and nothing else of the general path's (serveCapped)
+
+	mu   sync.Mutex // guards sets
+	sets map[uint64]*policySet
 }

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
@@ -19,9 +21,9 @@ import (
 // policySet is everything prepared for one combination of policies: the
 // top-level limit (if any) plus the rules that matched, in config order.
 type policySet struct {
-	ps           []*Policy
+	ps           []*config.Policy
 	localsMu     sync.Mutex
-	locals       []Limit // fallback bucket shapes for localsN pods
+	locals       []bucket.Limit // fallback bucket shapes for localsN pods
 	localsN      int64
 	quoted       []string // `"name"` of each policy
 	decisionLen  int      // len of a decision over ps
@@ -45,7 +47,7 @@ type policySet struct {
 	// lease, when not nil, leases the set's requests (lease.go).
 	lease *leasing
 
-	// held when some policy is a concurrency cap (concurrency.go): cmd
+	// held when some policy is a concurrency cap (caps.go): cmd
 	// is called whole, its keys joined by joints (heldCall); give is
 	// the give-back's call, of the same keys and args.
 	held bool
@@ -85,9 +87,9 @@ type policySet struct {
 
 // newPolicySet prepares ps for client keys of keyLen bytes (headers: see
 // withHeaders).
-func newPolicySet(ps []*Policy, keyLen int) *policySet {
-	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: decisionLen(len(ps)), denied: newDenyCache(maxDenials)}
-	var enforce []*Policy
+func newPolicySet(ps []*config.Policy, keyLen int) *policySet {
+	s := &policySet{ps: ps, policyHeader: policyHeader(ps), decisionLen: bucket.DecisionLen(len(ps)), denied: newDenyCache(maxDenials)}
+	var enforce []*config.Policy
 	for _, p := range ps {
 		s.quoted = append(s.quoted, `"`+p.Name+`"`)
 		s.failClosed = s.failClosed || p.FailClosed
@@ -150,12 +152,12 @@ func withHeaders(s *policySet, headers int) *policySet {
 		withHeaders(s.enforce, headers)
 	}
 	// A rate and its quotas: plain too (serveQuotas).
-	s.plain = !s.costed && !s.held && (headers == 0 || headers == headersIETF) && (len(s.ps) == 1 && !s.quotas || quotasAfter(s.ps))
-	if s.plain && headers == headersIETF && !s.quotas {
+	s.plain = !s.costed && !s.held && (headers == 0 || headers == config.HeadersIETF) && (len(s.ps) == 1 && !s.quotas || quotasAfter(s.ps))
+	if s.plain && headers == config.HeadersIETF && !s.quotas {
 		s.policyValue = []string{s.policyHeader}
 		s.rPrefix = s.quoted[0] + ";r="
 	}
-	if s.held && headers == headersIETF {
+	if s.held && headers == config.HeadersIETF {
 		s.policyValue = []string{s.policyHeader} // serveCapped's
 	}
 	return s
@@ -164,9 +166,9 @@ func withHeaders(s *policySet, headers int) *policySet {
 // shareLocals computes the fallback bucket shapes for n pods. Requires
 // s.localsMu held.
 func (s *policySet) shareLocals(n int64) {
-	locals := make([]Limit, len(s.ps))
+	locals := make([]bucket.Limit, len(s.ps))
 	for i, p := range s.ps {
-		locals[i] = p.localShare(n)
+		locals[i] = localShare(p, n)
 	}
 	s.locals = locals
 	s.localsN = n
@@ -186,7 +188,7 @@ func (s *policySet) localKeys(key string) []string {
 // names, when it is exactly one known plan name, else defaultPlan (-1:
 // the top level). An unknown value is never an error to the client, and
 // never a key or a label of its own.
-func (s *Settings) planOf(req *http.Request) int {
+func planOf(s *config.Settings, req *http.Request) int {
 	if v := req.Header[s.PlanHeader]; len(v) == 1 {
 		if i, ok := s.PlanIndex[v[0]]; ok {
 			return i
@@ -196,7 +198,7 @@ func (s *Settings) planOf(req *http.Request) int {
 }
 
 // honour replaces the calls of s, its enforcing part and its groups with
-// leaseScript's that ask for nothing.
+// LeaseScript's that ask for nothing.
 func honour(s *policySet, keyLen int) {
 	cmd := leaseCommand(commandParts(s.ps, keyLen), "-", 0, 0, 1, false)
 	if s.ownKeys {
@@ -219,7 +221,7 @@ func honour(s *policySet, keyLen int) {
 // on a shadow one's in the same script.
 func withGroups(s *policySet, keyLen int) {
 	for _, shadow := range []bool{false, true} {
-		var top []*Policy
+		var top []*config.Policy
 		var topPos []int
 		for i, p := range s.ps {
 			if p.Source == nil && p.Shadow == shadow {
@@ -241,7 +243,7 @@ func withGroups(s *policySet, keyLen int) {
 		if p.Source == nil {
 			continue
 		}
-		ps, pos := []*Policy{p}, []int{i}
+		ps, pos := []*config.Policy{p}, []int{i}
 		for i+1 < len(s.ps) && (s.ps[i+1].Quota != nil || s.ps[i+1].Cap != nil) && s.ps[i+1].Source == p.Source {
 			i++
 			ps, pos = append(ps, s.ps[i]), append(pos, i)
@@ -256,7 +258,7 @@ func withGroups(s *policySet, keyLen int) {
 
 // quotasAfter reports whether ps is one policy and its quotas, or
 // quotas alone.
-func quotasAfter(ps []*Policy) bool {
+func quotasAfter(ps []*config.Policy) bool {
 	for i, p := range ps {
 		if i > 0 && p.Quota == nil {
 			return false
@@ -266,7 +268,7 @@ func quotasAfter(ps []*Policy) bool {
 }
 
 // policyHeader is the RateLimit-Policy value of ps.
-func policyHeader(ps []*Policy) string {
+func policyHeader(ps []*config.Policy) string {
 	items := make([]string, len(ps))
 	for i, p := range ps {
 		items[i] = policyItem(p, p.PeriodSecs)
@@ -275,7 +277,7 @@ func policyHeader(ps []*Policy) string {
 }
 
 // policyItem is p's item in RateLimit-Policy, its window w seconds long.
-func policyItem(p *Policy, w int64) string {
+func policyItem(p *config.Policy, w int64) string {
 	if p.Cap != nil {
 		return `"` + p.Name + `";q=` + strconv.FormatInt(p.Average, 10) + `;qu="concurrent-requests"`
 	}
@@ -283,7 +285,7 @@ func policyItem(p *Policy, w int64) string {
 }
 
 // quotaView is what a set with quotas calls and declares until one of its
-// windows rolls over (until, µs since epochUS on the quotas' clock).
+// windows rolls over (until, µs since EpochUS on the quotas' clock).
 type quotaView struct {
 	cmd          *redis.Command
 	policyHeader string
@@ -328,14 +330,14 @@ func quotaViewAt(s *policySet, now time.Time) *quotaView {
 			items[i] = policyItem(p, p.PeriodSecs)
 			continue
 		}
-		b := p.Quota.window(now)
+		b := quotaWindow(p.Quota, now)
 		parts.args[3*i+1] = windowsArg(b)
-		items[i] = policyItem(p, windowSeconds(b[1], b[2]))
+		items[i] = policyItem(p, bucket.WindowSeconds(b[1], b[2]))
 		if v.until < 0 || b[2] < v.until {
 			v.until = b[2]
 		}
 	}
-	v.cmd = redis.NewCommand(bucket, parts.lens, parts.suffixes, parts.args, checkDecision)
+	v.cmd = redis.NewCommand(bucketScr, parts.lens, parts.suffixes, parts.args, bucket.CheckDecision)
 	if s.ownKeys || s.held {
 		v.cmd = v.cmd.Whole()
 	}
@@ -358,4 +360,20 @@ func heldCall(set *policySet, keys []string, member string) string {
 		}
 	}
 	return string(b)
+}
+
+// matches reports whether a rule applies to req.
+func matches(p *config.Policy, req *http.Request) bool {
+	if !strings.HasPrefix(req.URL.Path, p.PathPrefix) {
+		return false
+	}
+	if len(p.Methods) == 0 {
+		return true
+	}
+	for _, m := range p.Methods {
+		if strings.EqualFold(m, req.Method) {
+			return true
+		}
+	}
+	return false
 }

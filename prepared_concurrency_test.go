@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
@@ -16,7 +17,7 @@ import (
 // clock (*clk, read atomically), and ref, an instance alike with a clock of
 // its own (*refClk), refused at the same instant: the general path's
 // answers at any instant, without moving h's cache's time.
-func preparedPair(t *testing.T, f *redistest.Fake, mutate func(*Config)) (h, ref *Tollgate, clk, refClk *int64) {
+func preparedPair(t *testing.T, f *redistest.Fake, mutate func(*config.Config)) (h, ref *Tollgate, clk, refClk *int64) {
 	t.Helper()
 	h, ref = handlerOn(t, f.Addr(), mutate), handlerOn(t, f.Addr(), mutate)
 	clk, refClk = new(int64), new(int64)
@@ -54,10 +55,10 @@ var tickInstants = []int64{0, 1, 499, 500, 501, 999, 1000, 1499, 1500, 2699, 270
 func TestPreparedRefusalsConcurrentAtEachInstant(t *testing.T) {
 	for _, tc := range []struct {
 		desc   string
-		mutate func(*Config)
+		mutate func(*config.Config)
 	}{
 		{"IETF headers (ServeHTTP's own path)", nil},
-		{"every header and a decision header (serveAny)", func(c *Config) {
+		{"every header and a decision header (serveAny)", func(c *config.Config) {
 			c.Headers = "both"
 			c.DecisionHeader = "X-Decision"
 		}},
@@ -210,7 +211,7 @@ func TestPreparedRefusalReplacedWhileRefusing(t *testing.T) {
 // changes that response alone, neither another it answered nor the next.
 func TestPreparedRefusalHeadersAddedToLater(t *testing.T) {
 	f := redistest.StartFake(t, "+0 0 5500 9200\r\n")
-	h, _, _, _ := preparedPair(t, f, func(c *Config) {
+	h, _, _, _ := preparedPair(t, f, func(c *config.Config) {
 		c.Headers = "both"
 		c.DecisionHeader = "X-Decision"
 	})

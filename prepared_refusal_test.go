@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
@@ -21,17 +23,17 @@ func TestPreparedRefusalsAreTheAnswer(t *testing.T) {
 		desc   string
 		reply  string
 		wait   time.Duration // the refusal's
-		mutate func(*Config)
+		mutate func(*config.Config)
 	}{
 		{"one policy, IETF headers", "+0 0 5500 9200\r\n", 5500, nil},
-		{"one policy, every header mode and a decision header", "+0 0 5500 9200\r\n", 5500, func(c *Config) {
+		{"one policy, every header mode and a decision header", "+0 0 5500 9200\r\n", 5500, func(c *config.Config) {
 			c.Headers = "both"
 			c.DecisionHeader = "X-Decision"
 		}},
-		{"draft 07", "+0 0 5500 9200\r\n", 5500, func(c *Config) { c.Headers = "draft07" }},
-		{"no headers", "+0 0 5500 9200\r\n", 5500, func(c *Config) { c.Headers = "none" }},
-		{"two policies, the rule refusing", "+0 3 0 800 0 2700 3900\r\n", 2700, func(c *Config) {
-			c.Rules = []Rule{{Name: "search", Average: 2, Burst: 2}}
+		{"draft 07", "+0 0 5500 9200\r\n", 5500, func(c *config.Config) { c.Headers = "draft07" }},
+		{"no headers", "+0 0 5500 9200\r\n", 5500, func(c *config.Config) { c.Headers = "none" }},
+		{"two policies, the rule refusing", "+0 3 0 800 0 2700 3900\r\n", 2700, func(c *config.Config) {
+			c.Rules = []config.Rule{{Name: "search", Average: 2, Burst: 2}}
 		}},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
@@ -87,7 +89,7 @@ func TestPreparedRefusalsAreTheAnswer(t *testing.T) {
 
 // clientKeyOf is the key h's requests with API key k are charged under.
 func clientKeyOf(h *Tollgate, k string) string {
-	return hashKey(h.set.HeaderTag + k)
+	return bucket.HashKey(h.set.HeaderTag + k)
 }
 
 // A prepared answer is never used past the refusal: once the wait is over
@@ -115,7 +117,7 @@ func TestPreparedRefusalEndsWithItsRefusal(t *testing.T) {
 // would skip what they do per request.
 func TestNoPreparedRefusalsForShadowOrRegions(t *testing.T) {
 	f := redistest.StartFake(t, "+0 0 1500 5000\r\n")
-	h := handlerOn(t, f.Addr(), func(c *Config) { c.Shadow = true })
+	h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Shadow = true })
 	if h.top.denied.prepare != nil {
 		t.Fatal("a shadow policy's refusals are prepared")
 	}
@@ -124,8 +126,8 @@ func TestNoPreparedRefusalsForShadowOrRegions(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("a shadow refusal from the cache: %d, want it let through", rec.Code)
 	}
-	r := handlerOn(t, f.Addr(), func(c *Config) {
-		c.Region = &RegionConfig{Name: "a", Peers: []PeerConfig{{Name: "b", Endpoints: []string{"127.0.0.1:1"}}}}
+	r := handlerOn(t, f.Addr(), func(c *config.Config) {
+		c.Region = &config.RegionConfig{Name: "a", Peers: []config.PeerConfig{{Name: "b", Endpoints: []string{"127.0.0.1:1"}}}}
 	})
 	if r.top.denied.prepare != nil {
 		t.Fatal("a region's refusals are prepared (they are noted per request)")

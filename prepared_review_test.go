@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
@@ -57,9 +58,9 @@ func testWaitsAtTheirFloor(t *testing.T, headers string) {
 	// The top level (first) waits 1.1 s, the rule 1.2 s: at 1199 ms both
 	// read 1 ms, and the first of equal waits decides.
 	f := redistest.StartFake(t, "+0 0 1100 1100 0 1200 1200\r\n")
-	h := handlerOn(t, f.Addr(), func(c *Config) {
+	h := handlerOn(t, f.Addr(), func(c *config.Config) {
 		c.Headers = headers
-		c.Rules = []Rule{{Name: "search", Average: 2, Burst: 2}}
+		c.Rules = []config.Rule{{Name: "search", Average: 2, Burst: 2}}
 	})
 	set := h.policiesFor(httptest.NewRequest("GET", "/", nil))
 	now := 10 * time.Second

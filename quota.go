@@ -6,7 +6,7 @@ package tollgate
 // A quota is one more policy of its owner's sets (the top level's, a
 // plan's, a rule's), after the owner, keyed as the owner keys its
 // clients. Its call passes the limit, the request's cost and the bounds
-// of the previous, current and next windows (quota_window.go, from the
+// of the previous, current and next windows (internal/bucket/window.go, from the
 // pod's clock); the script picks the window that holds Redis's TIME, so
 // a pod whose clock is off by less than a window counts in the right
 // one. Its counter is the key <policy key>@<window start, s> and expires
@@ -17,25 +17,11 @@ package tollgate
 
 import (
 	"strconv"
-	"sync"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 )
-
-// maxQuotas bounds the quotas of one owner.
-const maxQuotas = 8
-
-// maxQuotaLimit bounds a quota's limit: the script's numbers stay exact.
-const maxQuotaLimit = 1000000000000
-
-// QuotaShape is a quota's calendar: its limit, window and zone, and the
-// windows around the last instant asked (window).
-type QuotaShape struct {
-	Limit  int64
-	Kind   int
-	Loc    *time.Location
-	Mu     sync.Mutex
-	Bounds []int64 // windowBounds at the last look; nil before the first
-}
 
 // quotaShiftUS moves the quotas' clock, the pod's and the script's alike,
 // by that many µs: for tests (a DST day on a real redis-server). No
@@ -49,12 +35,12 @@ func quotaNow() time.Time {
 
 // window returns the bounds of the windows around now (windowBounds),
 // computed again only when now has left the current one.
-func (q *QuotaShape) window(now time.Time) []int64 {
+func quotaWindow(q *config.QuotaShape, now time.Time) []int64 {
 	us := quotaUS(now)
 	q.Mu.Lock()
 	defer q.Mu.Unlock()
 	if q.Bounds == nil || us < q.Bounds[1] || us >= q.Bounds[2] {
-		b := WindowBounds(q.Kind, q.Loc, now)
+		b := bucket.WindowBounds(q.Kind, q.Loc, now)
 		q.Bounds = []int64{b[0], b[1], b[2], b[3]}
 	}
 	return q.Bounds
@@ -66,5 +52,5 @@ func windowsArg(b []int64) string {
 		strconv.FormatInt(b[2], 10) + " " + strconv.FormatInt(b[3], 10) + " " + strconv.FormatInt(quotaShiftUS, 10)
 }
 
-// quotaUS is now in µs since epochUS, as the scripts count time.
-func quotaUS(now time.Time) int64 { return now.UnixMicro() - epochUS }
+// quotaUS is now in µs since EpochUS, as the scripts count time.
+func quotaUS(now time.Time) int64 { return now.UnixMicro() - bucket.EpochUS }

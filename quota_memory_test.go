@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -18,7 +19,7 @@ import (
 func TestOneShotQuotaCountersLiveADay(t *testing.T) {
 	addr := redistest.Start(t)
 	atShift(t, time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC)) // mid-month: its end weeks away
-	h := quotaHandler(t, addr, []Quota{{Name: "month", Limit: 300000, Window: "month"}}, func(c *Config) {
+	h := quotaHandler(t, addr, []config.Quota{{Name: "month", Limit: 300000, Window: "month"}}, func(c *config.Config) {
 		c.Average, c.Burst = 100000, 100000
 	})
 	const ids = 1000

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -29,25 +31,25 @@ func TestReviewQuotaWindowsContiguous(t *testing.T) {
 		if err != nil {
 			t.Skip("no tzdata:", err)
 		}
-		for kind := windowHour; kind <= windowMonth; kind++ {
+		for kind := bucket.WindowHour; kind <= bucket.WindowMonth; kind++ {
 			for x := from; x < to && bad < 10; x += step {
-				b := WindowBounds(kind, loc, time.Unix(x, 0))
-				us := x*1000000 - epochUS
+				b := bucket.WindowBounds(kind, loc, time.Unix(x, 0))
+				us := x*1000000 - bucket.EpochUS
 				if !(b[0] < b[1] && b[1] <= us && us < b[2] && b[2] < b[3]) {
 					t.Errorf("%s kind %d at %s: bounds %v do not hold it", z, kind, time.Unix(x, 0).In(loc), b)
 					bad++
 					continue
 				}
-				end := (b[2] + epochUS) / 1000000
-				nb := WindowBounds(kind, loc, time.Unix(end, 0))
-				pb := WindowBounds(kind, loc, time.Unix(end-1, 0))
+				end := (b[2] + bucket.EpochUS) / 1000000
+				nb := bucket.WindowBounds(kind, loc, time.Unix(end, 0))
+				pb := bucket.WindowBounds(kind, loc, time.Unix(end-1, 0))
 				if nb[1] != b[2] || nb[0] != b[1] || nb[2] != b[3] || pb[2] != b[2] || pb[1] != b[1] {
 					t.Errorf("%s kind %d at %s: window %v, at its end %v, a second before %v: not contiguous",
 						z, kind, time.Unix(x, 0).In(loc), b, nb, pb)
 					bad++
 				}
-				if secs := windowSeconds(b[1], b[2]); kind == windowDay && (secs < 22*3600 || secs > 26*3600) ||
-					kind == windowHour && (secs < 1800 || secs > 7200) {
+				if secs := bucket.WindowSeconds(b[1], b[2]); kind == bucket.WindowDay && (secs < 22*3600 || secs > 26*3600) ||
+					kind == bucket.WindowHour && (secs < 1800 || secs > 7200) {
 					t.Errorf("%s kind %d at %s: a window of %d s", z, kind, time.Unix(x, 0).In(loc), secs)
 					bad++
 				}
@@ -62,7 +64,7 @@ func TestReviewQuotaExactUnderConcurrency(t *testing.T) {
 	addr := redistest.Start(t)
 	var hs []*Tollgate
 	for i := 0; i < 3; i++ {
-		hs = append(hs, quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 50, Window: "day"}}, func(c *Config) {
+		hs = append(hs, quotaHandler(t, addr, []config.Quota{{Name: "daily", Limit: 50, Window: "day"}}, func(c *config.Config) {
 			c.Average, c.Burst = 100000, 100000
 		}))
 	}
@@ -89,11 +91,11 @@ func TestReviewQuotaExactUnderConcurrency(t *testing.T) {
 // once a reload raises the limit (the new instance has its own deny cache).
 func TestReviewQuotaReloadRaisesLimit(t *testing.T) {
 	addr := redistest.Start(t)
-	h := quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 2, Window: "day"}}, nil)
+	h := quotaHandler(t, addr, []config.Quota{{Name: "daily", Limit: 2, Window: "day"}}, nil)
 	if passed, _ := sendAll(h, "k", 4); passed != 2 {
 		t.Fatalf("%d passed, want 2", passed)
 	}
-	h2 := quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 5, Window: "day"}}, nil)
+	h2 := quotaHandler(t, addr, []config.Quota{{Name: "daily", Limit: 5, Window: "day"}}, nil)
 	if rec := serve(h2, "k"); rec.Code != http.StatusOK {
 		t.Errorf("after the reload to a limit of 5: %d by %q, want 200", rec.Code, rec.Header().Get("X-Decision"))
 	}
@@ -103,10 +105,10 @@ func TestReviewQuotaReloadRaisesLimit(t *testing.T) {
 // top-level rate is still charged for every request (its enforce call).
 func TestReviewQuotaShadowRule(t *testing.T) {
 	addr := redistest.Start(t)
-	h := quotaHandler(t, addr, nil, func(c *Config) {
+	h := quotaHandler(t, addr, nil, func(c *config.Config) {
 		c.Burst = 4
-		c.Rules = []Rule{{Name: "trial", PathPrefix: "/", Average: 100000, Period: "1m", Burst: 100000, Shadow: "true",
-			Quotas: []Quota{{Name: "trialday", Limit: 2, Window: "day"}}}}
+		c.Rules = []config.Rule{{Name: "trial", PathPrefix: "/", Average: 100000, Period: "1m", Burst: 100000, Shadow: "true",
+			Quotas: []config.Quota{{Name: "trialday", Limit: 2, Window: "day"}}}}
 	})
 	// The enforcing rate (burst 4) admits 4: the 2 the quota counted and 2
 	// it would have refused.
@@ -118,7 +120,7 @@ func TestReviewQuotaShadowRule(t *testing.T) {
 // A rate's refusal is not remembered for as long as a quota's window.
 func TestReviewRateRefusalNotExtendedByQuota(t *testing.T) {
 	addr := redistest.Start(t)
-	h := quotaHandler(t, addr, []Quota{{Name: "monthly", Limit: 1000, Window: "month"}}, func(c *Config) { c.Burst = 1 })
+	h := quotaHandler(t, addr, []config.Quota{{Name: "monthly", Limit: 1000, Window: "month"}}, func(c *config.Config) { c.Burst = 1 })
 	serve(h, "k")
 	rec := serve(h, "k")
 	if rec.Code != http.StatusTooManyRequests {
@@ -127,7 +129,7 @@ func TestReviewRateRefusalNotExtendedByQuota(t *testing.T) {
 	if ra, _ := strconv.Atoi(rec.Header().Get("Retry-After")); ra < 1 || ra > 60 {
 		t.Errorf("Retry-After %d, want the rate's wait (at most 60 s)", ra)
 	}
-	e := h.top.denied.entries[clientKey(h.set.Class, "h:k")]
+	e := h.top.denied.entries[bucket.ClientKey(h.set.Class, "h:k")]
 	if e == nil {
 		for k := range h.top.denied.entries {
 			e = h.top.denied.entries[k]
@@ -145,11 +147,11 @@ func TestReviewRateRefusalNotExtendedByQuota(t *testing.T) {
 // counts per rule identity, exactly, and refuses past its limit.
 func TestReviewQuotaOwnKeysCluster(t *testing.T) {
 	addr := redistest.StartCluster(t)
-	h := quotaHandler(t, addr, []Quota{{Name: "topday", Limit: 100, Window: "day"}}, func(c *Config) {
+	h := quotaHandler(t, addr, []config.Quota{{Name: "topday", Limit: 100, Window: "day"}}, func(c *config.Config) {
 		c.Redis.Mode = "cluster"
-		c.Rules = []Rule{{Name: "byip", PathPrefix: "/", Average: 100000, Period: "1m", Burst: 100000,
-			SourceCriterion: &SourceCriterion{RequestHeaderName: "X-Tenant"},
-			Quotas:          []Quota{{Name: "tenantday", Limit: 3, Window: "day"}}}}
+		c.Rules = []config.Rule{{Name: "byip", PathPrefix: "/", Average: 100000, Period: "1m", Burst: 100000,
+			SourceCriterion: &config.SourceCriterion{RequestHeaderName: "X-Tenant"},
+			Quotas:          []config.Quota{{Name: "tenantday", Limit: 3, Window: "day"}}}}
 	})
 	send := func(key, tenant string) int {
 		req := httptest.NewRequest("GET", "/", nil)
@@ -192,15 +194,15 @@ func TestReviewQuotaOwnKeysCluster(t *testing.T) {
 // rule x's "y" do not share one counter (key suffixes ":x:y" both).
 func TestReviewQuotaNamesDoNotShareCounters(t *testing.T) {
 	addr := redistest.Start(t)
-	h, err := New(nil, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(200) }), func() *Config {
+	h, err := New(nil, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) { rw.WriteHeader(200) }), func() *config.Config {
 		c := CreateConfig()
 		c.Average, c.Period, c.Burst = 100000, "1m", 100000
-		c.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
+		c.SourceCriterion = &config.SourceCriterion{RequestHeaderName: "X-API-Key"}
 		c.Redis.Endpoints = []string{addr}
 		c.Redis.Username = "names"
-		c.Quotas = []Quota{{Name: "x:y", Limit: 100, Window: "day"}}
-		c.Rules = []Rule{{Name: "x", PathPrefix: "/", Average: 100000, Period: "1m", Burst: 100000,
-			Quotas: []Quota{{Name: "y", Limit: 100, Window: "day"}}}}
+		c.Quotas = []config.Quota{{Name: "x:y", Limit: 100, Window: "day"}}
+		c.Rules = []config.Rule{{Name: "x", PathPrefix: "/", Average: 100000, Period: "1m", Burst: 100000,
+			Quotas: []config.Quota{{Name: "y", Limit: 100, Window: "day"}}}}
 		return c
 	}(), "api")
 	if err != nil {
@@ -221,9 +223,9 @@ func TestReviewQuotaNamesDoNotShareCounters(t *testing.T) {
 // client's checks fail, but no other client leaves Redis for the fallback.
 func TestReviewQuotaWrongTypeCounter(t *testing.T) {
 	addr := redistest.Start(t)
-	h := quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 5, Window: "day"}}, nil)
-	b := WindowBounds(windowDay, time.UTC, quotaNow())
-	key := clientKey("api", "h:k") + ":daily@" + strconv.FormatInt(b[1]/1000000, 10)
+	h := quotaHandler(t, addr, []config.Quota{{Name: "daily", Limit: 5, Window: "day"}}, nil)
+	b := bucket.WindowBounds(bucket.WindowDay, time.UTC, quotaNow())
+	key := bucket.ClientKey("api", "h:k") + ":daily@" + strconv.FormatInt(b[1]/1000000, 10)
 	redistest.Do(t, addr, "HSET", key, "f", "v")
 	codes := map[string]int{}
 	for i := 0; i < 30; i++ {
@@ -245,7 +247,7 @@ func TestReviewQuotaRateAllOrNothingConcurrent(t *testing.T) {
 	addr := redistest.Start(t)
 	var hs []*Tollgate
 	for i := 0; i < 2; i++ {
-		hs = append(hs, quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 50, Window: "day"}}, func(c *Config) {
+		hs = append(hs, quotaHandler(t, addr, []config.Quota{{Name: "daily", Limit: 50, Window: "day"}}, func(c *config.Config) {
 			c.Average, c.Period, c.Burst = 1, "1h", 30
 		}))
 	}
@@ -264,8 +266,8 @@ func TestReviewQuotaRateAllOrNothingConcurrent(t *testing.T) {
 		}(i)
 	}
 	wg.Wait()
-	b := WindowBounds(windowDay, time.UTC, quotaNow())
-	key := clientKey("api", "h:k") + ":daily@" + strconv.FormatInt(b[1]/1000000, 10)
+	b := bucket.WindowBounds(bucket.WindowDay, time.UTC, quotaNow())
+	key := bucket.ClientKey("api", "h:k") + ":daily@" + strconv.FormatInt(b[1]/1000000, 10)
 	got := redistest.Do(t, addr, "GET", key)
 	if passed != 30 || len(got) != 1 || got[0] != "30" {
 		t.Errorf("%d passed, the quota's counter %v: want 30 and 30", passed, got)
@@ -278,7 +280,7 @@ func TestReviewQuotaRateAllOrNothingConcurrent(t *testing.T) {
 // the window ended.
 func TestQuotaRefusalIsRecheckedWithinSeconds(t *testing.T) {
 	addr := redistest.Start(t)
-	h := quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 2, Window: "day"}}, nil)
+	h := quotaHandler(t, addr, []config.Quota{{Name: "daily", Limit: 2, Window: "day"}}, nil)
 	for i := 0; i < 3; i++ {
 		serve(h, "k")
 	}

@@ -8,15 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 // quotaHandler is handlerOn with a rate of 100 a minute (burst 100) and
 // quotas qs at the top level.
-func quotaHandler(t *testing.T, addr string, qs []Quota, mutate func(*Config)) *Tollgate {
+func quotaHandler(t *testing.T, addr string, qs []config.Quota, mutate func(*config.Config)) *Tollgate {
 	t.Helper()
-	return handlerOn(t, addr, func(c *Config) {
+	return handlerOn(t, addr, func(c *config.Config) {
 		c.Average, c.Period, c.Burst = 100, "1m", 100
 		c.DecisionHeader = "X-Decision"
 		c.Quotas = qs
@@ -33,15 +35,15 @@ func atShift(t *testing.T, at time.Time) {
 	t.Cleanup(func() { quotaShiftUS = old })
 }
 
-// secondsTo is the whole seconds from now to end (µs since epochUS),
+// secondsTo is the whole seconds from now to end (µs since EpochUS),
 // rounded up.
 func secondsTo(end int64) int64 {
-	return secondsLeft(quotaUS(quotaNow()), end)
+	return bucket.SecondsLeft(quotaUS(quotaNow()), end)
 }
 
 func TestQuotaRefusesPastItsLimitUntilTheWindowEnds(t *testing.T) {
 	addr := redistest.Start(t)
-	h := quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 5, Window: "day"}}, nil)
+	h := quotaHandler(t, addr, []config.Quota{{Name: "daily", Limit: 5, Window: "day"}}, nil)
 	for i := 1; i <= 5; i++ {
 		rec := serve(h, "k")
 		if rec.Code != http.StatusOK {
@@ -55,7 +57,7 @@ func TestQuotaRefusesPastItsLimitUntilTheWindowEnds(t *testing.T) {
 			t.Fatalf("request %d: RateLimit %q, want the quota's r=%d", i, got, 5-i)
 		}
 	}
-	b := WindowBounds(windowDay, time.UTC, quotaNow())
+	b := bucket.WindowBounds(bucket.WindowDay, time.UTC, quotaNow())
 	rec := serve(h, "k")
 	if rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("the 6th: %d, want 429", rec.Code)
@@ -82,12 +84,12 @@ func TestQuotaRefusesPastItsLimitUntilTheWindowEnds(t *testing.T) {
 func TestQuotaAndRateAllOrNothing(t *testing.T) {
 	addr := redistest.Start(t)
 	// The rate refuses: the quota is not charged.
-	h := quotaHandler(t, addr, []Quota{{Name: "monthly", Limit: 10, Window: "month"}}, func(c *Config) { c.Burst = 2 })
+	h := quotaHandler(t, addr, []config.Quota{{Name: "monthly", Limit: 10, Window: "month"}}, func(c *config.Config) { c.Burst = 2 })
 	if passed, _ := sendAll(h, "k", 5); passed != 2 {
 		t.Fatalf("%d passed, want the burst, 2", passed)
 	}
-	b := WindowBounds(windowMonth, time.UTC, quotaNow())
-	key := clientKey("api", "h:k") + ":monthly@" + strconv.FormatInt(b[1]/1000000, 10)
+	b := bucket.WindowBounds(bucket.WindowMonth, time.UTC, quotaNow())
+	key := bucket.ClientKey("api", "h:k") + ":monthly@" + strconv.FormatInt(b[1]/1000000, 10)
 	if got := redistest.Do(t, addr, "GET", key); len(got) != 1 || got[0] != "2" {
 		t.Errorf("the quota's counter %s: %v, want 2 (the 3 the rate refused took nothing)", key, got)
 	}
@@ -96,7 +98,7 @@ func TestQuotaAndRateAllOrNothing(t *testing.T) {
 		t.Errorf("the counter expires in %d ms, want the window's end plus a minute (%d s)", ms, secondsTo(b[2]))
 	}
 	// The quota refuses: the rate is not charged.
-	h = quotaHandler(t, addr, []Quota{{Name: "hourly", Limit: 2, Window: "hour"}}, nil)
+	h = quotaHandler(t, addr, []config.Quota{{Name: "hourly", Limit: 2, Window: "hour"}}, nil)
 	if passed, _ := sendAll(h, "q", 5); passed != 2 {
 		t.Fatalf("%d passed, want the quota, 2", passed)
 	}
@@ -107,7 +109,7 @@ func TestQuotaAndRateAllOrNothing(t *testing.T) {
 
 func TestQuotaRedisDown(t *testing.T) {
 	for _, mode := range []string{"open", "closed"} {
-		h := quotaHandler(t, "127.0.0.1:1", []Quota{{Name: "daily", Limit: 1, Window: "day"}}, func(c *Config) {
+		h := quotaHandler(t, "127.0.0.1:1", []config.Quota{{Name: "daily", Limit: 1, Window: "day"}}, func(c *config.Config) {
 			c.FailureMode = mode
 			c.Redis.Timeout = "5ms"
 			// A class of its own: the local buckets are the process's, by
@@ -149,7 +151,7 @@ func TestQuotaDSTDaysOnRedis(t *testing.T) {
 		{time.Date(2026, 3, 9, 12, 0, 0, 0, ny), 24},
 	} {
 		atShift(t, tc.at)
-		h := quotaHandler(t, addr, []Quota{{Name: "daily", Limit: 3, Window: "day", Timezone: "America/New_York"}}, nil)
+		h := quotaHandler(t, addr, []config.Quota{{Name: "daily", Limit: 3, Window: "day", Timezone: "America/New_York"}}, nil)
 		rec := serve(h, "dst-"+tc.at.Format("0102"))
 		want := `"daily";q=3;w=` + strconv.FormatInt(tc.hours*3600, 10)
 		if got := rec.Header().Get("RateLimit-Policy"); !strings.Contains(got, want) {
@@ -170,7 +172,7 @@ func TestQuotaWindowRollsOver(t *testing.T) {
 	now := time.Now().UTC()
 	next := now.Truncate(time.Hour).Add(time.Hour)
 	atShift(t, next.Add(-time.Second))
-	h := quotaHandler(t, addr, []Quota{{Name: "hourly", Limit: 1, Window: "hour"}}, nil)
+	h := quotaHandler(t, addr, []config.Quota{{Name: "hourly", Limit: 1, Window: "hour"}}, nil)
 	if rec := serve(h, "k"); rec.Code != http.StatusOK {
 		t.Fatalf("first: %d", rec.Code)
 	}
@@ -191,7 +193,7 @@ func TestQuotaWindowRollsOver(t *testing.T) {
 
 func TestQuotaAloneWithoutARate(t *testing.T) {
 	addr := redistest.Start(t)
-	h := quotaHandler(t, addr, []Quota{{Name: "weekly", Limit: 2, Window: "week"}}, func(c *Config) { c.Average = 0 })
+	h := quotaHandler(t, addr, []config.Quota{{Name: "weekly", Limit: 2, Window: "week"}}, func(c *config.Config) { c.Average = 0 })
 	if passed, _ := sendAll(h, "k", 4); passed != 2 {
 		t.Errorf("%d passed, want the quota, 2", passed)
 	}
@@ -203,12 +205,12 @@ func TestQuotaAloneWithoutARate(t *testing.T) {
 
 func TestQuotaOfAPlanAndOfARule(t *testing.T) {
 	addr := redistest.Start(t)
-	h := quotaHandler(t, addr, []Quota{{Name: "monthly", Limit: 100, Window: "month"}}, func(c *Config) {
+	h := quotaHandler(t, addr, []config.Quota{{Name: "monthly", Limit: 100, Window: "month"}}, func(c *config.Config) {
 		c.PlanHeader = "X-Plan"
-		c.Plans = []Plan{{Name: "free", Average: 100, Period: "1m", Burst: 100, Quotas: []Quota{{Name: "monthly", Limit: 2, Window: "month"}}},
+		c.Plans = []config.Plan{{Name: "free", Average: 100, Period: "1m", Burst: 100, Quotas: []config.Quota{{Name: "monthly", Limit: 2, Window: "month"}}},
 			{Name: "pro", Average: 100, Period: "1m", Burst: 100}}
-		c.Rules = []Rule{{Name: "export", PathPrefix: "/export", Average: 100, Period: "1m", Burst: 100,
-			Quotas: []Quota{{Name: "exports", Limit: 1, Window: "day"}}}}
+		c.Rules = []config.Rule{{Name: "export", PathPrefix: "/export", Average: 100, Period: "1m", Burst: 100,
+			Quotas: []config.Quota{{Name: "exports", Limit: 1, Window: "day"}}}}
 	})
 	send := func(plan, path string) *http.Response {
 		req, _ := http.NewRequest("GET", path, nil)
@@ -235,29 +237,29 @@ func TestQuotaOfAPlanAndOfARule(t *testing.T) {
 func TestQuotaConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		desc   string
-		mutate func(c *Config)
+		mutate func(c *config.Config)
 		want   string
 	}{
-		{"with shards", func(c *Config) { c.Shards = 4; c.Burst = 100 }, "shards"},
-		{"the class's name", func(c *Config) { c.Quotas[0].Name = "api" }, "used twice"},
-		{"twice", func(c *Config) { c.Quotas = append(c.Quotas, c.Quotas[0]) }, "used twice"},
-		{"under the cost", func(c *Config) { c.Cost = 5; c.Quotas[0].Limit = 3 }, "less than the cost"},
-		{"no limit", func(c *Config) { c.Quotas[0].Limit = 0 }, "limit"},
-		{"a bad window", func(c *Config) { c.Quotas[0].Window = "fortnight" }, "window"},
-		{"a path for a zone", func(c *Config) { c.Quotas[0].Timezone = "../../etc/passwd" }, "timezone"},
-		{"an unlimited plan's", func(c *Config) {
+		{"with shards", func(c *config.Config) { c.Shards = 4; c.Burst = 100 }, "shards"},
+		{"the class's name", func(c *config.Config) { c.Quotas[0].Name = "api" }, "used twice"},
+		{"twice", func(c *config.Config) { c.Quotas = append(c.Quotas, c.Quotas[0]) }, "used twice"},
+		{"under the cost", func(c *config.Config) { c.Cost = 5; c.Quotas[0].Limit = 3 }, "less than the cost"},
+		{"no limit", func(c *config.Config) { c.Quotas[0].Limit = 0 }, "limit"},
+		{"a bad window", func(c *config.Config) { c.Quotas[0].Window = "fortnight" }, "window"},
+		{"a path for a zone", func(c *config.Config) { c.Quotas[0].Timezone = "../../etc/passwd" }, "timezone"},
+		{"an unlimited plan's", func(c *config.Config) {
 			c.PlanHeader = "X-Plan"
-			c.Plans = []Plan{{Name: "vip", Unlimited: true, Quotas: []Quota{{Name: "m", Limit: 1, Window: "month"}}}}
+			c.Plans = []config.Plan{{Name: "vip", Unlimited: true, Quotas: []config.Quota{{Name: "m", Limit: 1, Window: "month"}}}}
 		}, "unlimited"},
-		{"a rule's of a top-level name", func(c *Config) {
-			c.Rules = []Rule{{Name: "r", Average: 1, Quotas: []Quota{{Name: "daily", Limit: 1, Window: "day"}}}}
+		{"a rule's of a top-level name", func(c *config.Config) {
+			c.Rules = []config.Rule{{Name: "r", Average: 1, Quotas: []config.Quota{{Name: "daily", Limit: 1, Window: "day"}}}}
 		}, "used twice"},
 	} {
 		cfg := CreateConfig()
 		cfg.Average, cfg.Burst = 10, 10
-		cfg.Quotas = []Quota{{Name: "daily", Limit: 10, Window: "day"}}
+		cfg.Quotas = []config.Quota{{Name: "daily", Limit: 10, Window: "day"}}
 		tc.mutate(cfg)
-		_, err := Compile(cfg, "api")
+		_, err := config.Compile(cfg, "api")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error about %q", tc.desc, err, tc.want)
 		}
@@ -269,9 +271,9 @@ func TestQuotaPerRegion(t *testing.T) {
 	// region gets the limit exactly, one that spreads over R regions up
 	// to R x the limit (README: Regions). The region's rate share does
 	// not shrink a quota.
-	a, b, _, _ := regionPair(t, "quota-regions", func(c *Config) {
+	a, b, _, _ := regionPair(t, "quota-regions", func(c *config.Config) {
 		c.DecisionHeader = "X-Decision"
-		c.Quotas = []Quota{{Name: "daily", Limit: 3, Window: "day"}}
+		c.Quotas = []config.Quota{{Name: "daily", Limit: 3, Window: "day"}}
 	})
 	pa, _ := sendAll(a, "k", 5)
 	pb, _ := sendAll(b, "k", 5)
@@ -285,7 +287,7 @@ func TestQuotaPerRegion(t *testing.T) {
 
 func TestQuotaRefusalsCountedUnderTheQuota(t *testing.T) {
 	addr := redistest.Start(t)
-	h := quotaHandler(t, addr, []Quota{{Name: "hourly", Limit: 1, Window: "hour"}}, func(c *Config) { c.Class = "quota-metrics" })
+	h := quotaHandler(t, addr, []config.Quota{{Name: "hourly", Limit: 1, Window: "hour"}}, func(c *config.Config) { c.Class = "quota-metrics" })
 	sendAll(h, "k", 3)
 	rate, quota := h.top.ps[0].Metrics, h.top.ps[1].Metrics
 	limited := func(m *metrics.Policy) int64 {
@@ -298,7 +300,7 @@ func TestQuotaRefusalsCountedUnderTheQuota(t *testing.T) {
 
 func TestQuotaAdmissionsCountedUnderTheLeastLeft(t *testing.T) {
 	addr := redistest.Start(t)
-	h := quotaHandler(t, addr, []Quota{{Name: "hourly", Limit: 10, Window: "hour"}}, func(c *Config) { c.Class = "quota-admitted" })
+	h := quotaHandler(t, addr, []config.Quota{{Name: "hourly", Limit: 10, Window: "hour"}}, func(c *config.Config) { c.Class = "quota-admitted" })
 	if !h.plain {
 		t.Fatal("a rate and its quota: not ServeHTTP's plain path")
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -50,8 +52,8 @@ func notedIn(t *testing.T, addr, region, field string, d time.Duration) []string
 func TestRegionNoNameMakesAShareKey(t *testing.T) {
 	cfg := CreateConfig()
 	cfg.Average = 10
-	cfg.Rules = []Rule{{Name: "x", PathPrefix: "/", Average: 100}, {Name: "x}s", PathPrefix: "/", Average: 100}}
-	cfg.Region = &RegionConfig{Name: "a", Peers: []PeerConfig{{Name: "b", Endpoints: []string{"127.0.0.1:2"}}}}
+	cfg.Rules = []config.Rule{{Name: "x", PathPrefix: "/", Average: 100}, {Name: "x}s", PathPrefix: "/", Average: 100}}
+	cfg.Region = &config.RegionConfig{Name: "a", Peers: []config.PeerConfig{{Name: "b", Endpoints: []string{"127.0.0.1:2"}}}}
 	if _, err := New(nil, nil, cfg, "api"); err == nil || !strings.Contains(err.Error(), "rules[1].name") {
 		t.Errorf("a rule named x}s: %v, want it refused", err)
 	}
@@ -65,15 +67,15 @@ func TestRegionNoNameMakesAShareKey(t *testing.T) {
 func TestRegionFiveRegionsNoteEveryRequest(t *testing.T) {
 	own := redistest.Start(t)
 	holdLease(t, own, "a")
-	var peers []PeerConfig
+	var peers []config.PeerConfig
 	for i, n := range []string{"b", "c", "d", "e"} {
-		peers = append(peers, PeerConfig{Name: n, Endpoints: []string{"127.0.0.1:" + strconv.Itoa(9+i)}})
+		peers = append(peers, config.PeerConfig{Name: n, Endpoints: []string{"127.0.0.1:" + strconv.Itoa(9+i)}})
 	}
-	h := handlerOn(t, own, func(c *Config) {
+	h := handlerOn(t, own, func(c *config.Config) {
 		c.Class = uniqueName("region")
 		c.Average, c.Period, c.Burst = 100, "1s", 100
 		c.Redis.Username = ""
-		c.Region = &RegionConfig{Name: "a", Interval: "200ms", Peers: peers}
+		c.Region = &config.RegionConfig{Name: "a", Interval: "200ms", Peers: peers}
 	})
 	if rec := serve(h, "quiet-client"); rec.Code != 200 {
 		t.Fatalf("first request: %d", rec.Code)
@@ -97,10 +99,10 @@ func TestRegionReloadLeavesTwoLeaders(t *testing.T) {
 	own, peer := redistest.Start(t), redistest.Start(t)
 	class := uniqueName("region")
 	mk := func(iv string) *Tollgate {
-		return handlerOn(t, own, func(c *Config) {
+		return handlerOn(t, own, func(c *config.Config) {
 			c.Class = class
 			c.Redis.Username = ""
-			c.Region = &RegionConfig{Name: "a", Interval: iv, Peers: []PeerConfig{{Name: "b", Endpoints: []string{peer}}}}
+			c.Region = &config.RegionConfig{Name: "a", Interval: iv, Peers: []config.PeerConfig{{Name: "b", Endpoints: []string{peer}}}}
 		})
 	}
 	old := exchangerOf(mk("200ms"))
@@ -123,7 +125,7 @@ func TestRegionReloadLeavesTwoLeaders(t *testing.T) {
 func TestRegionGarbageShareHashFailsChecks(t *testing.T) {
 	class := uniqueName("region")
 	a, _, ra, _ := regionPair(t, class, nil)
-	bucket := hashKey(class + "\x00h:" + "victim")
+	bucket := bucket.HashKey(class + "\x00h:" + "victim")
 	redistest.Do(t, ra, "HSET", bucket+"}s", "s", "500000", "n", "garbage")
 	before := atomic.LoadInt64(&a.be.failures)
 	serve(a, "victim")
@@ -138,8 +140,8 @@ func TestRegionGarbageShareHashFailsChecks(t *testing.T) {
 // holds less than one request, and without a floor of one request's cost
 // no request ever passed in any region (an OTP limit, failing closed).
 func TestRegionSmallBurstStillAdmits(t *testing.T) {
-	a, _, _, _ := regionPair(t, uniqueName("region"), func(c *Config) {
-		c.Rules = []Rule{{Name: "otp", PathPrefix: "/otp", Average: 6, Period: "1m", Burst: 1, FailureMode: "closed"}}
+	a, _, _, _ := regionPair(t, uniqueName("region"), func(c *config.Config) {
+		c.Rules = []config.Rule{{Name: "otp", PathPrefix: "/otp", Average: 6, Period: "1m", Burst: 1, FailureMode: "closed"}}
 	})
 	if got := admitted(a, 3, "POST", "/otp", "X-API-Key", "k"); got != 1 {
 		t.Errorf("an OTP limit of burst 1 in one of two regions: %d of 3 admitted, want 1", got)
@@ -153,19 +155,19 @@ func TestRegionLaterPolicyEmptiedIsNoted(t *testing.T) {
 	own := redistest.Start(t)
 	holdLease(t, own, "a")
 	class := uniqueName("region")
-	a := handlerOn(t, own, func(c *Config) {
+	a := handlerOn(t, own, func(c *config.Config) {
 		c.Class = class
 		c.Average, c.Period, c.Burst = 50, "1s", 50
 		c.Redis.Username = ""
-		c.Rules = []Rule{{Name: "search", PathPrefix: "/search", Average: 60, Period: "1m", Burst: 2}}
-		c.Region = &RegionConfig{Name: "a", Interval: "200ms", Peers: []PeerConfig{{Name: "b", Endpoints: []string{"127.0.0.1:2"}}}}
+		c.Rules = []config.Rule{{Name: "search", PathPrefix: "/search", Average: 60, Period: "1m", Burst: 2}}
+		c.Region = &config.RegionConfig{Name: "a", Interval: "200ms", Peers: []config.PeerConfig{{Name: "b", Endpoints: []string{"127.0.0.1:2"}}}}
 	})
 	// The region's half of the rule's burst of 2: one request empties it,
 	// while the top level (50 a second) keeps most of its tokens.
 	if got := admitted(a, 1, "GET", "/search", "X-API-Key", "k"); got != 1 {
 		t.Fatalf("first search: %d admitted", got)
 	}
-	field := hashKey(class+"\x00h:k") + ":search r" // a note of tokens Redis decided: the bucket's key and " r"
+	field := bucket.HashKey(class+"\x00h:k") + ":search r" // a note of tokens Redis decided: the bucket's key and " r"
 	if n := notedIn(t, own, "a", field, 2*time.Second); len(n) == 0 || n[len(n)-1] != field {
 		t.Errorf("the rule's bucket emptied by an admitted request was not noted: %v", n)
 	}

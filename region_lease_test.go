@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
@@ -19,10 +20,10 @@ func TestRegionTwoExchangersOneLease(t *testing.T) {
 	own, peer := redistest.Start(t), redistest.Start(t)
 	class := uniqueName("region")
 	mk := func(addr string) *Tollgate {
-		return handlerOn(t, addr, func(c *Config) {
+		return handlerOn(t, addr, func(c *config.Config) {
 			c.Class = class
 			c.Redis.Username = ""
-			c.Region = &RegionConfig{Name: "a", Interval: "200ms", Peers: []PeerConfig{{Name: "b", Endpoints: []string{peer}}}}
+			c.Region = &config.RegionConfig{Name: "a", Interval: "200ms", Peers: []config.PeerConfig{{Name: "b", Endpoints: []string{peer}}}}
 		})
 	}
 	x := exchangerOf(mk(own))

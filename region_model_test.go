@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 )
 
 // A client split 70/30 of the limit over two regions, the first asking
@@ -16,8 +19,8 @@ import (
 // the first asks. The shares add up to at most 1.
 func TestRegionSplit7030(t *testing.T) {
 	class := uniqueName("region")
-	a, b, ra, rb := regionPair(t, class, func(c *Config) { c.Average, c.Burst = 20, 20 })
-	bucket := hashKey(class + "\x00h:" + "split")
+	a, b, ra, rb := regionPair(t, class, func(c *config.Config) { c.Average, c.Burst = 20, 20 })
+	bucket := bucket.HashKey(class + "\x00h:" + "split")
 	// split drives both for d and returns each region's share, averaged
 	// over the last second's samples (b asks a token or two an interval:
 	// its demand, and so both shares, move from one to the next).

@@ -12,21 +12,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 	"github.com/tollgate-dev/tollgate/internal/regions"
 )
 
 // regionPair builds one middleware per region, A and B, each on its own
 // redis-server and naming the other as its peer.
-func regionPair(t *testing.T, class string, mutate func(*Config)) (a, b *Tollgate, ra, rb string) {
+func regionPair(t *testing.T, class string, mutate func(*config.Config)) (a, b *Tollgate, ra, rb string) {
 	t.Helper()
 	ra, rb = redistest.Start(t), redistest.Start(t)
 	mk := func(own, name, peer, peerAddr string) *Tollgate {
-		return handlerOn(t, own, func(c *Config) {
+		return handlerOn(t, own, func(c *config.Config) {
 			c.Class = class
 			c.Average, c.Period, c.Burst = 50, "1s", 50
 			c.Redis.Username = ""
-			c.Region = &RegionConfig{Name: name, Interval: "200ms", Peers: []PeerConfig{{Name: peer, Endpoints: []string{peerAddr}}}}
+			c.Region = &config.RegionConfig{Name: name, Interval: "200ms", Peers: []config.PeerConfig{{Name: peer, Endpoints: []string{peerAddr}}}}
 			if mutate != nil {
 				mutate(c)
 			}
@@ -76,7 +78,7 @@ func drive(h http.Handler, key string, gap, d time.Duration) (total, lastSecond 
 func TestRegionSharesFollowTraffic(t *testing.T) {
 	class := uniqueName("region")
 	a, b, ra, rb := regionPair(t, class, nil)
-	bucket := hashKey(class + "\x00h:" + "hot")
+	bucket := bucket.HashKey(class + "\x00h:" + "hot")
 	_, last := drive(a, "hot", 5*time.Millisecond, 3*time.Second)
 	sa, sb := shareIn(t, ra, bucket), shareIn(t, rb, bucket)
 	t.Logf("shares a=%d b=%d; admitted in a's last second %d", sa, sb, last)
@@ -96,14 +98,14 @@ func TestRegionSharesFollowTraffic(t *testing.T) {
 }
 
 func TestRegionStaticShares(t *testing.T) {
-	rs, peers, err := compileRegion(&RegionConfig{Name: "eu", Weight: 3, Peers: []PeerConfig{{Name: "us", Endpoints: []string{"127.0.0.1:2"}}}}, RedisSettings{Addr: "127.0.0.1:1"})
+	rs, peers, err := config.CompileRegion(&config.RegionConfig{Name: "eu", Weight: 3, Peers: []config.PeerConfig{{Name: "us", Endpoints: []string{"127.0.0.1:2"}}}}, config.RedisSettings{Addr: "127.0.0.1:1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs.Static != 750000 || rs.Floor != 75000 || rs.Peers[0].Static != 250000 || rs.Interval != defaultInterval || peers[0].Timeout != time.Second {
+	if rs.Static != 750000 || rs.Floor != 75000 || rs.Peers[0].Static != 250000 || rs.Interval != config.DefaultInterval || peers[0].Timeout != time.Second {
 		t.Errorf("weights 3:1: static %d floor %d, peer %d; interval %s, peer timeout %s", rs.Static, rs.Floor, rs.Peers[0].Static, rs.Interval, peers[0].Timeout)
 	}
-	if rs, _, err := compileRegion(&RegionConfig{Name: "eu", Interval: "2", Peers: []PeerConfig{{Name: "us", Endpoints: []string{"127.0.0.1:2"}}}}, RedisSettings{Addr: "127.0.0.1:1"}); err != nil || rs.Interval != 2*time.Second {
+	if rs, _, err := config.CompileRegion(&config.RegionConfig{Name: "eu", Interval: "2", Peers: []config.PeerConfig{{Name: "us", Endpoints: []string{"127.0.0.1:2"}}}}, config.RedisSettings{Addr: "127.0.0.1:1"}); err != nil || rs.Interval != 2*time.Second {
 		t.Errorf("interval \"2\" (bare seconds): %v, %v", rs, err)
 	}
 }
@@ -112,8 +114,8 @@ func TestRegionStaticShares(t *testing.T) {
 // divides the static share, not the limit.
 func TestRegionStaticForFailClosedAndFallback(t *testing.T) {
 	class := uniqueName("region")
-	a, _, ra, _ := regionPair(t, class, func(c *Config) {
-		c.Rules = []Rule{{Name: "login", PathPrefix: "/login", Average: 10, Period: "1m", Burst: 10, FailureMode: "closed"}}
+	a, _, ra, _ := regionPair(t, class, func(c *config.Config) {
+		c.Rules = []config.Rule{{Name: "login", PathPrefix: "/login", Average: 10, Period: "1m", Burst: 10, FailureMode: "closed"}}
 	})
 	got := admitted(a, 20, "POST", "/login", "X-API-Key", "hot")
 	time.Sleep(600 * time.Millisecond) // three intervals: an exchange would have moved it
@@ -121,14 +123,14 @@ func TestRegionStaticForFailClosedAndFallback(t *testing.T) {
 	if got != 5 {
 		t.Errorf("fail-closed login, 10 a minute, two regions: %d admitted, want 5 (the static half)", got)
 	}
-	if s := shareIn(t, ra, hashKey(class+"\x00h:hot")+":login"); s != 0 {
+	if s := shareIn(t, ra, bucket.HashKey(class+"\x00h:hot")+":login"); s != 0 {
 		t.Errorf("the fail-closed rule's share is tracked: %d", s)
 	}
 	// Redis unreachable: the fallback's bucket is half the limit (one pod).
-	down := handlerOn(t, "127.0.0.1:1", func(c *Config) {
+	down := handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 		c.Class = uniqueName("region")
 		c.Average, c.Period, c.Burst = 50, "1m", 50
-		c.Region = &RegionConfig{Name: "a", Interval: "200ms", Peers: []PeerConfig{{Name: "b", Endpoints: []string{"127.0.0.1:2"}}}}
+		c.Region = &config.RegionConfig{Name: "a", Interval: "200ms", Peers: []config.PeerConfig{{Name: "b", Endpoints: []string{"127.0.0.1:2"}}}}
 	})
 	if got := admitted(down, 60, "GET", "/", "X-API-Key", "k"); got != 25 {
 		t.Errorf("local fallback in one of two regions: %d admitted of a burst of 50, want 25", got)
@@ -156,7 +158,7 @@ func TestRegionGrowthKeepsTokens(t *testing.T) {
 	key := "tg{growth-test}"
 	charge := func() (ok, remaining string) {
 		// 50 a second, burst 50, cost 1, static share 0.5.
-		v := redistest.Do(t, addr, "EVAL", bucketScript, "1", key, "20000", "50", "1", "500000")
+		v := redistest.Do(t, addr, "EVAL", bucket.BucketScript, "1", key, "20000", "50", "1", "500000")
 		f := strings.Fields(v[0])
 		return f[0], f[1]
 	}
@@ -182,7 +184,7 @@ func TestRegionGrowthKeepsTokens(t *testing.T) {
 func TestRegionQuietKeyRetires(t *testing.T) {
 	class := uniqueName("region")
 	a, b, ra, rb := regionPair(t, class, nil)
-	bucket := hashKey(class + "\x00h:" + "quiet")
+	bucket := bucket.HashKey(class + "\x00h:" + "quiet")
 	drive(a, "quiet", 5*time.Millisecond, 1500*time.Millisecond)
 	if sa := shareIn(t, ra, bucket); sa != 950000 {
 		t.Fatalf("while hot: a's share %d, want 950000", sa)

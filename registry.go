@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 	"github.com/tollgate-dev/tollgate/internal/regions"
@@ -107,7 +108,7 @@ const maxClaims = 1024
 
 // backend returns the backend for set's connection, creating it on first
 // use, and reclaims backends left idle by reloads. The latest poolSize wins.
-func (r *registry) backend(set RedisSettings) (*backend, error) {
+func (r *registry) backend(set config.RedisSettings) (*backend, error) {
 	key := set.ConnKey()
 	now := r.now()
 	r.mu.Lock()
@@ -148,7 +149,7 @@ func (r *registry) backend(set RedisSettings) (*backend, error) {
 // exchangerFor returns the exchange of rs (peers: its peers' Redis) on
 // own, creating it on first use, and binds it now: its loop is started
 // unless it runs.
-func (r *registry) exchangerFor(rs *regions.Settings, peers []RedisSettings, own *backend) (*regions.Exchanger, error) {
+func (r *registry) exchangerFor(rs *regions.Settings, peers []config.RedisSettings, own *backend) (*regions.Exchanger, error) {
 	now := r.now()
 	r.regionsMu.Lock()
 	defer r.regionsMu.Unlock()

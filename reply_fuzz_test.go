@@ -10,13 +10,15 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 // mustPolicy is a policy of 60 requests a minute, burst 5, cost 1.
-func mustPolicy(t testing.TB) *Policy {
+func mustPolicy(t testing.TB) *config.Policy {
 	t.Helper()
-	p, err := compileLimit("", 60, "1m", 5, 1)
+	p, err := config.CompileLimit("", 60, "1m", 5, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,15 +56,15 @@ func FuzzExchangeReply(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	key := clientKey("api", "192.0.2.1")
-	set := newPolicySet([]*Policy{mustPolicy(f)}, len(key))
+	key := bucket.ClientKey("api", "192.0.2.1")
+	set := newPolicySet([]*config.Policy{mustPolicy(f)}, len(key))
 	f.Fuzz(func(t *testing.T, reply string) {
 		fake := redistest.StartFake(t, reply)
 		cfg := CreateConfig()
 		cfg.Average = 10
 		cfg.Redis.Endpoints = []string{fake.Addr()}
 		cfg.Redis.Timeout = "100ms"
-		s, err := Compile(cfg, "api")
+		s, err := config.Compile(cfg, "api")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +81,7 @@ func FuzzExchangeReply(f *testing.F) {
 	})
 }
 
-// TestDecisionChecked checks checkDecision, which the plugin applies to
+// TestDecisionChecked checks CheckDecision, which the plugin applies to
 // every decision but an allowance, against wellFormed on decisions of one
 // to three buckets.
 func TestDecisionChecked(t *testing.T) {
@@ -87,7 +89,7 @@ func TestDecisionChecked(t *testing.T) {
 	r := rand.New(rand.NewSource(1))
 	accepted, refused := 0, 0
 	for i := 0; i < 20000; i++ {
-		d := make([]int64, decisionLen(1+r.Intn(3)))
+		d := make([]int64, bucket.DecisionLen(1+r.Intn(3)))
 		for j := range d {
 			d[j] = values[r.Intn(len(values))]
 			if j > 0 && r.Intn(2) == 0 {
@@ -97,9 +99,9 @@ func TestDecisionChecked(t *testing.T) {
 		if j := r.Intn(3); j < 2 {
 			d[0] = int64(j) // mostly 0 or 1, as Redis sends
 		}
-		ok := checkDecision(d) == nil
+		ok := bucket.CheckDecision(d) == nil
 		if ok != wellFormed(d) {
-			t.Fatalf("checkDecision(%v) accepted = %v, want %v", d, ok, !ok)
+			t.Fatalf("CheckDecision(%v) accepted = %v, want %v", d, ok, !ok)
 		}
 		if ok {
 			accepted++

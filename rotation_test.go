@@ -6,13 +6,15 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
 )
 
 // TestOneSlash64SharesOneBucket: the addresses of one IPv6 /64 are one
 // client by default, so rotating them gains nothing (decided by the local
 // fallback, Redis down, whose buckets are exact).
 func TestOneSlash64SharesOneBucket(t *testing.T) {
-	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *Config) {
+	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 		c.Class = uniqueName("slash64")
 		c.Average, c.Period, c.Burst = 5, "1h", 5
 		c.SourceCriterion = nil // the connection's address
@@ -36,10 +38,10 @@ func TestOneSlash64SharesOneBucket(t *testing.T) {
 // the key header are keyed by their client IP under the IP strategy, not
 // by the proxy's address.
 func TestKeylessRequestsAreKeyedByTheirIP(t *testing.T) {
-	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *Config) {
+	var h http.Handler = handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 		c.Class = uniqueName("keyless")
 		c.Average, c.Period, c.Burst = 1, "1h", 1
-		c.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key", IPStrategy: &IPStrategy{Depth: 1}}
+		c.SourceCriterion = &config.SourceCriterion{RequestHeaderName: "X-API-Key", IPStrategy: &config.IPStrategy{Depth: 1}}
 	})
 	for i := 1; i <= 3; i++ {
 		req := httptest.NewRequest("GET", "/", nil)
@@ -56,8 +58,8 @@ func TestKeylessRequestsAreKeyedByTheirIP(t *testing.T) {
 // TestRuleMethods: methods match case-insensitively, and a GET rule
 // covers HEAD.
 func TestRuleMethods(t *testing.T) {
-	tg := handlerOn(t, "127.0.0.1:1", func(c *Config) {
-		c.Rules = []Rule{{Name: "reads", Average: 1, Methods: []string{"get"}}, {Name: "writes", Average: 1, Methods: []string{"POST"}}}
+	tg := handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
+		c.Rules = []config.Rule{{Name: "reads", Average: 1, Methods: []string{"get"}}, {Name: "writes", Average: 1, Methods: []string{"POST"}}}
 	})
 	for _, tc := range []struct {
 		method string

@@ -1,17 +1,17 @@
 package tollgate
 
-// The Lua script (bucketScript) against a real redis-server, step for step
-// with its Go twin (takeAll).
+// The Lua script (BucketScript) against a real redis-server, step for step
+// with its Go twin (TakeAll).
 //
 // The README's clock claims (one clock, Redis's TIME; time that runs
-// backwards clamped in both twins: STYLE.md rule 4) are otherwise held only
+// backwards clamped in both twins: the style guide's rule 4) are otherwise held only
 // by the Go twin (bucket_test.go, localbuckets_test.go). Here the script
 // itself runs on Redis, called with the exact bytes the plugin writes
 // (newCommand, appendCall: EVAL, then EVALSHA), its reply parsed by decode.
 //
 // Redis's clock cannot be set, so each step places the bucket's state
 // relative to it: a small script of the test's own reads TIME and stores a
-// TAT (in the script's format, 1/64 µs since epochUS) so many µs after it,
+// TAT (in the script's format, 1/64 µs since EpochUS) so many µs after it,
 // in the same pipeline as the call, microseconds before it. A state further
 // ahead than the bucket's capacity is a Redis whose clock is behind the
 // last decision (a failover to a node whose clock lags). The pipeline is
@@ -22,24 +22,24 @@ package tollgate
 // instant lies between the two TIMEs. Two checks per step:
 //   - want: the decision the step's design fixes (independent of the µs
 //     that pass, for every field not marked tw);
-//   - the twin: some instant between the two TIMEs at which takeAll, given
+//   - the twin: some instant between the two TIMEs at which TakeAll, given
 //     the state read, returns the script's decision field for field, and
 //     the state the script stored (value and PTTL: keys expire when full).
-//     takeAll's fields only move once per ms, so in practice this pins
+//     TakeAll's fields only move once per ms, so in practice this pins
 //     every field exactly.
 //
 // Mutations caught (applied to bucket.go in a private worktree; compiled
 // and under Yaegi):
 //   - the script's clamp removed (`elseif tat > now + cap[i] then ...`):
 //     "clock 1 s behind: wait_ms[0] = 900, want 100", the 1 h steps
-//     3600100; the same clamp removed from takeAll: the twin check fails;
+//     3600100; the same clamp removed from TakeAll: the twin check fails;
 //   - the clamp not stored (`if ok == 1 or clamped[i]` -> `if ok == 1`):
 //     the twin check ("key 0 stored ... expiring in 300 ms, Redis holds
 //     ... with PTTL 1100");
 //   - the wait's rounding: math.ceil -> math.floor (a wait of -1, refused
 //     by decode; 999 for 1000), to nearest ("a wait of 59.4 ms": 59, not
 //     60; the twin too whenever a wait's fraction is under half a ms),
-//     the ns ceilMS takes off dropped ("29/s cost 29": 1001, not 1000).
+//     the ns CeilMS takes off dropped ("29/s cost 29": 1001, not 1000).
 //
 // The redis-server is started with os.StartProcess (os/exec is not in
 // Yaegi's restricted stdlib), so this runs under `yaegi test` as well.
@@ -54,6 +54,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
@@ -74,7 +76,7 @@ type liveStep struct {
 	sleep string
 	// gone: every key must have expired (PTTL -2) before the call.
 	gone bool
-	want []int64 // the decision, in takeAll's layout; tw: the twin decides
+	want []int64 // the decision, in TakeAll's layout; tw: the twin decides
 }
 
 // liveMargin is added to every sleep: Redis's expiry and TIME against the
@@ -106,18 +108,21 @@ return out
 func TestLuaScriptOnRedisMatchesTwin(t *testing.T) {
 	addr := redistest.Start(t)
 	// 100 ms a token, capacity 300 ms.
-	one := func(c *Config) { c.Average, c.Period, c.Burst = 10, "1s", 3 }
+	one := func(c *config.Config) { c.Average, c.Period, c.Burst = 10, "1s", 3 }
 	// And a rule of 500 ms a token, capacity 500 ms.
-	login := func(c *Config) { one(c); c.Rules = []Rule{{Name: "login", Average: 2, Period: "1s", Burst: 1}} }
+	login := func(c *config.Config) {
+		one(c)
+		c.Rules = []config.Rule{{Name: "login", Average: 2, Period: "1s", Burst: 1}}
+	}
 	// 333333.33 µs a token, capacity and cost 1 s.
-	thirds := func(c *Config) { c.Average, c.Period, c.Burst, c.Cost = 3, "1s", 3, 3 }
+	thirds := func(c *config.Config) { c.Average, c.Period, c.Burst, c.Cost = 3, "1s", 3, 3 }
 	// 34482.76 µs a token: capacity and cost 29 × that, 999999.9999999999
 	// µs in float64, so a wait of exactly 1 s computes as 1000000.0000000001
-	// µs and only the ns that ceilMS takes off makes it 1000 ms, not 1001.
-	under := func(c *Config) { c.Average, c.Period, c.Burst, c.Cost = 29, "1s", 29, 29 }
+	// µs and only the ns that CeilMS takes off makes it 1000 ms, not 1001.
+	under := func(c *config.Config) { c.Average, c.Period, c.Burst, c.Cost = 29, "1s", 29, 29 }
 	for _, tc := range []struct {
 		desc   string
-		config func(*Config)
+		config func(*config.Config)
 		steps  []liveStep
 	}{
 		{
@@ -181,14 +186,14 @@ func TestLuaScriptOnRedisMatchesTwin(t *testing.T) {
 			cfg := CreateConfig()
 			cfg.Class = "live"
 			tc.config(cfg)
-			s, err := Compile(cfg, "live@file")
+			s, err := config.Compile(cfg, "live@file")
 			if err != nil {
 				t.Fatal(err)
 			}
-			ps := []*Policy{s.Top}
+			ps := []*config.Policy{s.Top}
 			ps = append(ps, s.Rules...)
 			set := newPolicySet(ps, s.KeyLen)
-			key := clientKey(s.Class, tc.desc)
+			key := bucket.ClientKey(s.Class, tc.desc)
 			if len(key) != s.KeyLen {
 				t.Fatalf("key %q: %d bytes, the command is prepared for %d", key, len(key), s.KeyLen)
 			}
@@ -198,7 +203,7 @@ func TestLuaScriptOnRedisMatchesTwin(t *testing.T) {
 }
 
 // liveResult is what one step's pipeline observed. Stored values are the
-// keys' raw values (TAT × 64), -1 when missing; times are µs since epochUS.
+// keys' raw values (TAT × 64), -1 when missing; times are µs since EpochUS.
 type liveResult struct {
 	setNow int64   // the state's script's now; -1 when the step set nothing
 	pre    []int64 // the keys as the script read them
@@ -219,7 +224,7 @@ func walkLive(t *testing.T, addr string, set *policySet, key string, steps []liv
 	br := bufio.NewReader(nc)
 	n := len(set.ps)
 	keys := set.localKeys(key) // the script's KEYS, as appendCall writes them
-	lims := make([]Limit, n)
+	lims := make([]bucket.Limit, n)
 	for i, p := range set.ps {
 		lims[i] = p.Shard // the ARGV newCommand writes
 	}
@@ -313,7 +318,7 @@ func liveCall(t *testing.T, nc net.Conn, br *bufio.Reader, cmd *redis.Command, e
 	if _, err := nc.Write(b); err != nil {
 		t.Fatal(err)
 	}
-	r := liveResult{setNow: -1, d: make([]int64, decisionLen(n))}
+	r := liveResult{setNow: -1, d: make([]int64, bucket.DecisionLen(n))}
 	if set != nil {
 		vs, err := redistest.ReadReply(br)
 		if err != nil || len(vs) != 1+n {
@@ -350,15 +355,15 @@ func liveCall(t *testing.T, nc net.Conn, br *bufio.Reader, cmd *redis.Command, e
 	return r
 }
 
-// twinExplains looks for an instant from r.ta to r.tb at which takeAll,
+// twinExplains looks for an instant from r.ta to r.tb at which TakeAll,
 // given the state the script read, decides as the script did and leaves
 // the state Redis holds after it; "" when there is one, else what differs
 // at r.ta.
-func twinExplains(lims []Limit, r *liveResult) string {
+func twinExplains(lims []bucket.Limit, r *liveResult) string {
 	// A key that expires between the GET and the script changes nothing:
 	// keys expire at their TAT or later (never earlier: measured, 200
 	// keys of a 1 ms interval), and a TAT that has passed is a full
-	// bucket to takeAll as to the script.
+	// bucket to TakeAll as to the script.
 	for now := r.ta; now <= r.tb; now++ {
 		if twinAt(lims, r.pre, now, r) == "" {
 			return ""
@@ -368,9 +373,9 @@ func twinExplains(lims []Limit, r *liveResult) string {
 		r.ta, r.tb, r.line, r.post, r.pttl, r.pre, twinAt(lims, r.pre, r.ta, r))
 }
 
-// twinAt compares takeAll at now, on the state pre (raw values), with r:
+// twinAt compares TakeAll at now, on the state pre (raw values), with r:
 // "" when they agree.
-func twinAt(lims []Limit, pre []int64, now int64, r *liveResult) string {
+func twinAt(lims []bucket.Limit, pre []int64, now int64, r *liveResult) string {
 	n := len(lims)
 	tats := make([]float64, n)
 	for i, v := range pre {
@@ -383,8 +388,8 @@ func twinAt(lims []Limit, pre []int64, now int64, r *liveResult) string {
 	for i := range lims {
 		clamped[i] = tats[i] > fnow+lims[i].Interval*lims[i].Burst
 	}
-	d := make([]int64, decisionLen(n))
-	ok := takeAll(lims, tats, fnow, d)
+	d := make([]int64, bucket.DecisionLen(n))
+	ok := bucket.TakeAll(lims, tats, fnow, d)
 	for f := range d {
 		if d[f] != r.d[f] {
 			return fmt.Sprintf("decision %v (%s = %d)", d, liveField(f), d[f])
@@ -448,7 +453,7 @@ func liveDecode(line string, d []int64) error {
 	return nil
 }
 
-// liveTime reads TIME's reply in µs since epochUS, the script's time.
+// liveTime reads TIME's reply in µs since EpochUS, the script's time.
 func liveTime(t *testing.T, br *bufio.Reader) int64 {
 	t.Helper()
 	v, err := redistest.ReadReply(br)
@@ -460,7 +465,7 @@ func liveTime(t *testing.T, br *bufio.Reader) int64 {
 	if err1 != nil || err2 != nil {
 		t.Fatalf("TIME: %q", v)
 	}
-	return sec*1000000 + us - epochUS
+	return sec*1000000 + us - bucket.EpochUS
 }
 
 // liveDo runs one command and returns its reply line (without the type

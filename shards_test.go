@@ -6,27 +6,29 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redistest"
 )
 
 func TestShardsSplitTheLimit(t *testing.T) {
 	cfg := CreateConfig()
 	cfg.Average, cfg.Period, cfg.Burst, cfg.Shards = 100, "1m", 20, 4
-	cfg.Rules = []Rule{{Name: "search", Average: 40, Burst: 8}}
-	s, err := Compile(cfg, "api")
+	cfg.Rules = []config.Rule{{Name: "search", Average: 40, Burst: 8}}
+	s, err := config.Compile(cfg, "api")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []*Policy{s.Top, s.Rules[0]} {
+	for _, p := range []*config.Policy{s.Top, s.Rules[0]} {
 		if p.Shard.Interval != 4*p.Lim.Interval || p.Shard.Burst != p.Lim.Burst/4 || p.Shard.Cost != p.Lim.Cost {
 			t.Fatalf("%s: shard %+v of %+v, want 1/4 of the rate and burst", p.Name, p.Shard, p.Lim)
 		}
 		// The local fallback shares the whole limit, not a shard's.
-		if l := p.localShare(1); l != p.Lim {
+		if l := localShare(p, 1); l != p.Lim {
 			t.Fatalf("%s: local share %+v, want the whole limit %+v", p.Name, l, p.Lim)
 		}
 	}
-	set := newPolicySet([]*Policy{s.Top}, s.KeyLen)
+	set := newPolicySet([]*config.Policy{s.Top}, s.KeyLen)
 	if call := string(set.cmd.Append(nil, "k", false)); !strings.Contains(call, "\r\n$1\r\n5\r\n") {
 		t.Fatalf("call %q does not carry the shard's burst 5", call)
 	}
@@ -39,7 +41,7 @@ func TestShardKeys(t *testing.T) {
 	}{{1, 14}, {4, 16}, {16, 17}, {1024, 19}} {
 		cfg := CreateConfig()
 		cfg.Average, cfg.Burst, cfg.Shards = 100, 2000, tc.shards
-		s, err := Compile(cfg, "api")
+		s, err := config.Compile(cfg, "api")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,10 +51,10 @@ func TestShardKeys(t *testing.T) {
 		if tc.shards == 1 {
 			continue
 		}
-		key := clientKey("api", "h:k")
+		key := bucket.ClientKey("api", "h:k")
 		seen := map[string]bool{}
 		for i := 0; i < 100*int(tc.shards); i++ {
-			k := s.shardKey(key)
+			k := shardKey(s, key)
 			if len(k) != s.KeyLen || !strings.HasPrefix(k, key[:len(key)-1]+":") || !strings.HasSuffix(k, "}") || strings.Count(k, "}") != 1 {
 				t.Fatalf("shard key %q of %q: want %s:<n>} of length %d", k, key, key[:len(key)-1], s.KeyLen)
 			}
@@ -66,7 +68,7 @@ func TestShardKeys(t *testing.T) {
 
 func TestShardedRemainingIsScaled(t *testing.T) {
 	f := redistest.StartFake(t, "+1 3 0 2000\r\n") // the shard has 3 left
-	h := handlerOn(t, f.Addr(), func(c *Config) { c.Burst, c.Shards = 20, 4 })
+	h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Burst, c.Shards = 20, 4 })
 	if got := serve(h, t.Name()).Header().Get("RateLimit"); got != `"api";r=12;t=0` {
 		t.Fatalf("RateLimit %q, want r = 4 shards x 3", got)
 	}
@@ -74,7 +76,7 @@ func TestShardedRemainingIsScaled(t *testing.T) {
 
 // TestShardingErrorBound measures what a sharded limit admits when a client
 // sends a burst at once into full buckets, with the bucket math itself
-// (takeAll) and random shard picks, over 2,000 trials per case:
+// (TakeAll) and random shard picks, over 2,000 trials per case:
 //
 //   - exactly burst requests: on average the README's figures (93.1 for
 //     burst 100 over 4 shards, 947.1 for 1000 over 16; `go test -run
@@ -100,14 +102,14 @@ func TestShardingErrorBound(t *testing.T) {
 		burst, shards int
 		mean          float64 // published (the README quotes 100/4 and 1000/16)
 	}{{20, 2, 18.3}, {100, 4, 93.1}, {100, 8, 87.5}, {1000, 8, 966.8}, {1000, 16, 947.1}} {
-		p, err := compileLimit("", int64(tc.burst), "1h", int64(tc.burst), 1)
+		p, err := config.CompileLimit("", int64(tc.burst), "1h", int64(tc.burst), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.split(int64(tc.shards)); err != nil {
+		if err := p.Split(int64(tc.shards)); err != nil {
 			t.Fatal(err)
 		}
-		lims := []Limit{p.Shard}
+		lims := []bucket.Limit{p.Shard}
 		const trials, capped = 2000, 20
 		wantCap := tc.burst - tc.burst%tc.shards // the shards' whole tokens
 		total, sumSq, worst := 0.0, 0.0, tc.burst
@@ -115,7 +117,7 @@ func TestShardingErrorBound(t *testing.T) {
 		tat := make([]float64, 1)
 		take := func(tats []float64, s int) bool {
 			tat[0] = tats[s]
-			ok := takeAll(lims, tat, 1e9, d) // all at one instant
+			ok := bucket.TakeAll(lims, tat, 1e9, d) // all at one instant
 			tats[s] = tat[0]
 			return ok
 		}
@@ -125,7 +127,7 @@ func TestShardingErrorBound(t *testing.T) {
 			for i := 0; i < tc.burst; i++ { // take, inlined: Yaegi runs this 4.4 million times
 				s := rng.Intn(tc.shards)
 				tat[0] = tats[s]
-				if takeAll(lims, tat, 1e9, d) {
+				if bucket.TakeAll(lims, tat, 1e9, d) {
 					admitted++
 				}
 				tats[s] = tat[0]

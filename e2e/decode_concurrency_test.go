@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	tollgate "github.com/tollgate-dev/tollgate"
+	"github.com/tollgate-dev/tollgate/internal/config"
 )
 
 // TestConcurrencyConfigDecodesAlike decodes a middleware with a class cap
@@ -18,9 +19,9 @@ import (
 // caps in RateLimit-Policy.
 func TestConcurrencyConfigDecodesAlike(t *testing.T) {
 	want := tollgate.CreateConfig()
-	want.SourceCriterion = &tollgate.SourceCriterion{RequestHeaderName: "X-API-Key"}
-	want.Concurrency = &tollgate.Concurrency{Max: 10, Key: "class", MaxDuration: "30s", Name: "reports"}
-	want.Rules = []tollgate.Rule{{Name: "sms", PathPrefix: "/sms", Average: 5, Concurrency: &tollgate.Concurrency{Max: 2, Key: "client"}}}
+	want.SourceCriterion = &config.SourceCriterion{RequestHeaderName: "X-API-Key"}
+	want.Concurrency = &config.Concurrency{Max: 10, Key: "class", MaxDuration: "30s", Name: "reports"}
+	want.Rules = []config.Rule{{Name: "sms", PathPrefix: "/sms", Average: 5, Concurrency: &config.Concurrency{Max: 2, Key: "client"}}}
 	want.Redis.Endpoints = []string{"127.0.0.1:1"}
 	y, err := NewYaegi(goPath, os.Stderr)
 	if err != nil {

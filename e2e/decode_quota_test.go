@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	tollgate "github.com/tollgate-dev/tollgate"
+	"github.com/tollgate-dev/tollgate/internal/config"
 )
 
 // TestQuotaConfigDecodesAlike decodes a middleware with quotas (top level
@@ -19,9 +20,9 @@ import (
 func TestQuotaConfigDecodesAlike(t *testing.T) {
 	want := tollgate.CreateConfig()
 	want.Average = 100
-	want.SourceCriterion = &tollgate.SourceCriterion{RequestHeaderName: "X-API-Key"}
-	want.Quotas = []tollgate.Quota{{Name: "month", Limit: 10000, Window: "month", Timezone: "Europe/Berlin"}}
-	want.Rules = []tollgate.Rule{{Name: "export", PathPrefix: "/export", Average: 10, Quotas: []tollgate.Quota{{Name: "exports", Limit: 50, Window: "day"}}}}
+	want.SourceCriterion = &config.SourceCriterion{RequestHeaderName: "X-API-Key"}
+	want.Quotas = []config.Quota{{Name: "month", Limit: 10000, Window: "month", Timezone: "Europe/Berlin"}}
+	want.Rules = []config.Rule{{Name: "export", PathPrefix: "/export", Average: 10, Quotas: []config.Quota{{Name: "exports", Limit: 50, Window: "day"}}}}
 	want.Redis.Endpoints = []string{"127.0.0.1:1"}
 	y, err := NewYaegi(goPath, os.Stderr)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-dev/tollgate"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/traefik/paerser/file"
 	"github.com/traefik/paerser/parser"
 	"gopkg.in/yaml.v3"
@@ -86,8 +87,8 @@ func decodeLabels(t *testing.T, path string) *dynamic {
 func TestConfigFormatsDecodeAlike(t *testing.T) {
 	want := tollgate.CreateConfig()
 	want.Average, want.Period, want.Burst, want.Cost, want.Class = 100, "1m", 20, 1, "api"
-	want.SourceCriterion = &tollgate.SourceCriterion{RequestHeaderName: "X-API-Key"}
-	want.Rules = []tollgate.Rule{{Name: "login", PathPrefix: "/login", Methods: []string{"POST"}, Average: 5, Period: "1m", Burst: 5, FailureMode: "closed"}}
+	want.SourceCriterion = &config.SourceCriterion{RequestHeaderName: "X-API-Key"}
+	want.Rules = []config.Rule{{Name: "login", PathPrefix: "/login", Methods: []string{"POST"}, Average: 5, Period: "1m", Burst: 5, FailureMode: "closed"}}
 	want.FailureMode, want.Replicas, want.Headers, want.Shards = "open", 3, "both", 2
 	want.Redis.Mode, want.Redis.Pipeline = "standalone", 2
 	want.Redis.Endpoints = []string{"127.0.0.1:1"}
@@ -115,9 +116,9 @@ func TestConfigFormatsDecodeAlike(t *testing.T) {
 			}
 			w := *want
 			w.Period, w.Redis.Timeout, w.Redis.ProbeInterval, w.Redis.Heartbeat = tc.period, tc.timeout, tc.probe, tc.heartbeat
-			w.Lease = tollgate.Lease{Max: 10, TTL: tc.leaseTTL}
-			w.Region = &tollgate.RegionConfig{Name: "eu-west", Weight: 2, Interval: tc.interval,
-				Peers: []tollgate.PeerConfig{{Name: "us-east", Weight: 1, Endpoints: []string{"127.0.0.1:2"}, Timeout: tc.peerTimeout}}}
+			w.Lease = config.Lease{Max: 10, TTL: tc.leaseTTL}
+			w.Region = &config.RegionConfig{Name: "eu-west", Weight: 2, Interval: tc.interval,
+				Peers: []config.PeerConfig{{Name: "us-east", Weight: 1, Endpoints: []string{"127.0.0.1:2"}, Timeout: tc.peerTimeout}}}
 			if !reflect.DeepEqual(got, &w) {
 				t.Fatalf("decoded config:\n got %+v\nwant %+v", got, &w)
 			}

@@ -84,7 +84,7 @@ type Policy struct {
 	N           [NDecisions * NResults]int64 // requests, by decision*NResults + result
 	Near        int64                        // admitted with less than a fifth of the burst left
 	ShadowLog   int64                        // the last shadow refusal logged, monotonic ns
-	// Response costs (charge.go), when Costed: tokens charged; headers
+	// Response costs (the root package's costs.go), when Costed: tokens charged; headers
 	// refused, charges failed and dropped (a full queue).
 	Costed                                            int64 // 1: reads a response cost (atomic)
 	CostCharged, CostInvalid, CostFailed, CostDropped int64

@@ -16,7 +16,6 @@ import (
 	"strconv"
 
 	"github.com/gomodule/redigo/redis"
-
 	"github.com/tollgate-dev/tollgate/e2e"
 	"github.com/traefik/yaegi/interp"
 	"github.com/traefik/yaegi/stdlib"

@@ -28,10 +28,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/e2e"
 	"github.com/traefik/yaegi/interp"
 	"github.com/traefik/yaegi/stdlib"
-
-	"github.com/tollgate-dev/tollgate/e2e"
 )
 
 var stages = []stage{
@@ -82,6 +81,9 @@ func main() {
 	layout := flatSource
 	if _, err := os.Stat(filepath.Join(dst, "internal", "redis")); err == nil {
 		layout = packagesSource
+	}
+	if _, err := os.Stat(filepath.Join(dst, "internal", "config")); err == nil {
+		layout = configSource
 	}
 	files := map[string]string{"probe_core.go": coreSource, "probe_layout.go": layout}
 	if !*core {

@@ -49,7 +49,7 @@ func ProbeSetup(addr string, rw http.ResponseWriter, next http.Handler) error {
 	probeReq.RemoteAddr = "127.0.0.1:1"
 	probeRW = rw
 	probeD = make([]int64, probeT.top.decisionLen)
-	probeKey = clientKey(probeT.set.class, "h:probe-key")
+	probeKey = probeClientKey("h:probe-key")
 	for i := 0; i < 2000; i++ {
 		probeT.ServeHTTP(probeRW, probeReq)
 	}
@@ -129,7 +129,7 @@ type minimalConn struct {
 var probeMin *minimal
 
 func minimalSetup(addr string, head, tail []byte) error {
-	m := &minimal{head: head, tail: tail, prefix: keyPrefix, policy: []string{"\"default\";q=100;w=1"}, next: probeNext}
+	m := &minimal{head: head, tail: tail, prefix: probeKeyPrefix(), policy: []string{"\"default\";q=100;w=1"}, next: probeNext}
 	for i := 0; i < 2; i++ {
 		nc, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -169,16 +169,6 @@ func ProbeMinimal(n int) {
 	for i := 0; i < n; i++ {
 		probeMin.ServeHTTP(probeRW, probeReq)
 	}
-}
-
-func probeConfig(addr string) *Config {
-	cfg := CreateConfig()
-	cfg.Average = 100000000
-	cfg.Period = "1s"
-	cfg.Burst = 100000000
-	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
-	cfg.Redis.Endpoints = []string{addr}
-	return cfg
 }
 
 func ProbeServeHTTP(n int) {
@@ -221,6 +211,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
 	"github.com/tollgate-dev/tollgate/internal/clock"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
@@ -315,34 +306,34 @@ func ProbeShared(n int) {
 			defer wg.Done()
 			d := make([]int64, 4)
 			for i := 0; i < n/32; i++ {
-				redisCheck(probeP.be, probeP.top.cmd, key, d, &probeP.set.redis, nil)
+				redisCheck(probeP.be, probeP.top.cmd, key, d, &probeP.set.Redis, nil)
 			}
-		}(hashKey(probeP.set.headerTag + strconv.Itoa(g)))
+		}(bucket.HashKey(probeP.set.HeaderTag + strconv.Itoa(g)))
 	}
 	wg.Wait()
 }
 
 func ProbeKey(n int) {
 	for i := 0; i < n; i++ {
-		hashKey(probeT.set.headerTag + probeReq.Header["X-Api-Key"][0])
+		bucket.HashKey(probeT.set.HeaderTag + probeReq.Header["X-Api-Key"][0])
 	}
 }
 
 func ProbeRedisCheck(n int) {
 	for i := 0; i < n; i++ {
-		redisCheck(probeT.be, probeT.top.cmd, probeKey, probeD, &probeT.set.redis, probeT.hb)
+		redisCheck(probeT.be, probeT.top.cmd, probeKey, probeD, &probeT.set.Redis, probeT.hb)
 	}
 }
 
 func ProbePoolCheck(n int) {
 	c := probeT.be.pool
 	for i := 0; i < n; i++ {
-		redis.PoolCheck(c, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, 0)
+		redis.PoolCheck(c, probeT.top.cmd, probeKey, probeD, probeT.set.Redis.Timeout, 0)
 	}
 }
 
 func ProbeExchange(n int) {
-	redis.ProbeExchange(probeT.be.pool, probeT.top.cmd, probeKey, probeD, probeT.set.redis.timeout, n)
+	redis.ProbeExchange(probeT.be.pool, probeT.top.cmd, probeKey, probeD, probeT.set.Redis.Timeout, n)
 }
 
 func ProbeAppendCall(n int) {
@@ -470,6 +461,20 @@ const flatSource = `package tollgate
 func probeCallParts() (head, tail []byte) { return probeT.top.cmd.shaHead, probeT.top.cmd.tail }
 
 func probeMono() int64 { return monotonic() }
+
+func probeClientKey(id string) string { return clientKey(probeT.set.class, id) }
+
+func probeKeyPrefix() string { return keyPrefix }
+
+func probeConfig(addr string) *Config {
+	cfg := CreateConfig()
+	cfg.Average = 100000000
+	cfg.Period = "1s"
+	cfg.Burst = 100000000
+	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
+	cfg.Redis.Endpoints = []string{addr}
+	return cfg
+}
 `
 
 // packagesSource adapts coreSource to a checkout with internal packages.
@@ -489,4 +494,54 @@ func probeCallParts() (head, tail []byte) {
 }
 
 func probeMono() int64 { return clock.Mono() }
+
+func probeClientKey(id string) string { return clientKey(probeT.set.class, id) }
+
+func probeKeyPrefix() string { return keyPrefix }
+
+func probeConfig(addr string) *Config {
+	cfg := CreateConfig()
+	cfg.Average = 100000000
+	cfg.Period = "1s"
+	cfg.Burst = 100000000
+	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
+	cfg.Redis.Endpoints = []string{addr}
+	return cfg
+}
+`
+
+// configSource adapts coreSource to a checkout whose configuration and
+// protocol are packages (internal/config, internal/bucket).
+const configSource = `package tollgate
+
+import (
+	"bytes"
+
+	"github.com/tollgate-dev/tollgate/internal/bucket"
+	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/config"
+)
+
+// probeCallParts splits the prepared call around the client key.
+func probeCallParts() (head, tail []byte) {
+	call := probeT.top.cmd.Append(nil, probeKey, false)
+	i := bytes.Index(call, []byte(probeKey))
+	return call[:i], call[i+len(probeKey):]
+}
+
+func probeMono() int64 { return clock.Mono() }
+
+func probeClientKey(id string) string { return bucket.ClientKey(probeT.set.Class, id) }
+
+func probeKeyPrefix() string { return bucket.KeyPrefix }
+
+func probeConfig(addr string) *config.Config {
+	cfg := CreateConfig()
+	cfg.Average = 100000000
+	cfg.Period = "1s"
+	cfg.Burst = 100000000
+	cfg.SourceCriterion = &config.SourceCriterion{RequestHeaderName: "X-API-Key"}
+	cfg.Redis.Endpoints = []string{addr}
+	return cfg
+}
 `

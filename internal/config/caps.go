@@ -1,33 +1,11 @@
-package tollgate
-
-// Concurrency caps (Config.Concurrency): at most max requests in flight
-// across every replica, per client or per owner as a whole.
-//
-// A cap is one more policy of its owner's sets (after the owner's
-// quotas), charged in the same script call as the rates, all or nothing:
-// its key is a sorted set of slots, <client or class key><owner
-// suffix>}c, each slot a member scored by its deadline (Redis's TIME +
-// maxDuration), swept by every take, so that a pod that dies holding
-// slots holds them at most maxDuration. The member is the pod's own
-// (18 digits: a random start to the process, then a counter), written into
-// the call after the key (key#member), so that a pod gives back a slot
-// whose take's reply it never read. A give-back (its own script,
-// bucket.go) removes the member or, when the take has not run yet,
-// leaves a tombstone (}c}r) that the take honours; it is sent when next
-// returns, before the handler does (answer.go), and queued on the charge
-// queue (costs.go) when Redis does not take it then. A set with a cap is
-// called whole (redis.Command.Whole): the caller writes every key
-// (policyset.go, decide.go; plugin.go serves a capped top level alone).
-//
-// Redis unavailable, each pod caps the key itself at max over the pods
-// counted (at least 1), in its local store (localdecide.go); failureMode
-// closed answers 503 as for rates. Here: compiling caps; their shape and
-// members: slots.go.
+package config
 
 import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/tollgate-dev/tollgate/internal/bucket"
 )
 
 // compileConcurrency compiles c, owned by owner (nil: the top level
@@ -42,7 +20,7 @@ func compileConcurrency(field string, c *Concurrency, owner *Policy, class, owne
 	switch strings.ToLower(strings.TrimSpace(c.Key)) {
 	case "", "client":
 	case "class":
-		shape.Class = keyPrefix + "c:" + class + "}"
+		shape.Class = bucket.KeyPrefix + "c:" + class + "}"
 	default:
 		return nil, fmt.Errorf("%s.key: %q is not client or class", field, c.Key)
 	}
@@ -51,8 +29,8 @@ func compileConcurrency(field string, c *Concurrency, owner *Policy, class, owne
 		if err != nil {
 			return nil, err
 		}
-		if d > maxHoldDuration || d < time.Millisecond {
-			return nil, fmt.Errorf("%s.maxDuration: %q must be from 1ms to %s", field, c.MaxDuration, maxHoldDuration)
+		if d > MaxHoldDuration || d < time.Millisecond {
+			return nil, fmt.Errorf("%s.maxDuration: %q must be from 1ms to %s", field, c.MaxDuration, MaxHoldDuration)
 		}
 		shape.DurUS = int64(d / time.Microsecond)
 	}
@@ -76,13 +54,13 @@ func compileConcurrency(field string, c *Concurrency, owner *Policy, class, owne
 	p := &Policy{
 		Name:       name,
 		KeySuffix:  suffix + "}c",
-		Lim:        Limit{Interval: 1e-3, Burst: float64(c.Max), Cost: 1},
+		Lim:        bucket.Limit{Interval: 1e-3, Burst: float64(c.Max), Cost: 1},
 		Average:    c.Max,
 		PeriodSecs: 1,
 		FailClosed: failClosed,
 		Shadow:     shadow,
 		Source:     source,
-		Cap:       shape,
+		Cap:        shape,
 	}
 	p.Shard = p.Lim
 	return p, nil
@@ -199,3 +177,16 @@ func hasAnyConcurrency(cfg *Config) bool {
 	}
 	return false
 }
+
+// CapShape is a compiled Concurrency.
+type CapShape struct {
+	Max   int64
+	Class string // the owner's class key (key: class): tg{c:<class>}; "" per client
+	DurUS int64  // maxDuration, µs
+}
+
+const (
+	maxConcurrency     = 1000000
+	defaultMaxDuration = 60 * time.Second
+	MaxHoldDuration    = 24 * time.Hour
+)

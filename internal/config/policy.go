@@ -1,23 +1,20 @@
-package tollgate
-
-// Policies: a bucket shape compiled from the top level, a rule or a plan
-// (compileLimit), its share for the local fallback and for shards, the
-// plans, and the rules' methods.
+package config
 
 import (
 	"fmt"
 	"net/http"
 	"strings"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 )
 
 // Policy is one compiled bucket shape with its name and failure mode.
 type Policy struct {
-	Name       string // policy name in headers; "" key suffix for the top level
-	KeySuffix  string // appended to the client's key; "" for the top level
-	Lim        Limit  // the whole limit (and the local fallback's base)
-	Shard      Limit  // one sub-bucket in Redis: lim when not sharded
+	Name       string       // policy name in headers; "" key suffix for the top level
+	KeySuffix  string       // appended to the client's key; "" for the top level
+	Lim        bucket.Limit // the whole limit (and the local fallback's base)
+	Shard      bucket.Limit // one sub-bucket in Redis: lim when not sharded
 	Average    int64
 	PeriodUS   float64 // the period, µs
 	PeriodSecs int64   // w in RateLimit-Policy
@@ -25,9 +22,9 @@ type Policy struct {
 	Shadow     bool            // never refuses (Config.Shadow)
 	Lease      LeaseShape      // the top level's and a plan's (Config.Lease); max 0: none
 	Quota      *QuotaShape     // a calendar quota (quota.go); nil: a rate
-	RespCost   *CostShape      // its owner's response cost (charge.go); nil: none
-	Cap       *CapShape      // a concurrency cap (concurrency.go); nil: none
-	Metrics          *metrics.Policy // its counters (internal/metrics); set by New
+	RespCost   *CostShape      // its owner's response cost (the root's costs.go); nil: none
+	Cap        *CapShape       // a concurrency cap (caps.go); nil: none
+	Metrics    *metrics.Policy // its counters (internal/metrics); set by New
 	// rule matching; the top-level policy matches everything
 	PathPrefix string
 	Methods    []string
@@ -39,9 +36,9 @@ type Policy struct {
 	RegionPPM int64
 }
 
-// compileLimit validates one bucket's numbers and returns its policy.
+// CompileLimit validates one bucket's numbers and returns its policy.
 // prefix is "" for the top level or "rules[i]." for a rule.
-func compileLimit(prefix string, average int64, period string, burst, cost int64) (*Policy, error) {
+func CompileLimit(prefix string, average int64, period string, burst, cost int64) (*Policy, error) {
 	if average <= 0 {
 		return nil, fmt.Errorf("%saverage: %d must be greater than zero", prefix, average)
 	}
@@ -69,8 +66,8 @@ func compileLimit(prefix string, average int64, period string, burst, cost int64
 			prefix, burst, average, per, refill/usPerYear, maxRefillUS/usPerYear)
 	}
 	p := &Policy{
-		Metrics:          &metrics.Policy{}, // New's are the registry's
-		Lim:        Limit{Interval: interval, Burst: float64(burst), Cost: float64(cost)},
+		Metrics:    &metrics.Policy{}, // New's are the registry's
+		Lim:        bucket.Limit{Interval: interval, Burst: float64(burst), Cost: float64(cost)},
 		Average:    average,
 		PeriodSecs: int64(per.Seconds()),
 		PeriodUS:   float64(per.Microseconds()),
@@ -87,31 +84,8 @@ const usPerYear = 365.25 * 24 * 3600 * 1e6
 
 // maxRefillUS bounds the time an empty bucket takes to refill (burst
 // tokens at average per period), in µs: 100 years. Every wait and expiry
-// then fits the script's integers and a time.Duration (maxWaitMS).
+// then fits the script's integers and a time.Duration (MaxWaitMS).
 const maxRefillUS = 100 * usPerYear
-
-// localShare is the per-pod fallback bucket while Redis is unavailable and
-// replicas pods share the limit (the region's static share of it, with
-// regions): average/replicas over the same period, burst/replicas, each at
-// least one request's cost.
-func (p *Policy) localShare(replicas int64) Limit {
-	if p.Quota != nil || p.Cap != nil {
-		return p.Lim // not counted without Redis (localQuotas), or counted apart (takeHeld): a bucket that refills at once
-	}
-	if replicas < 1 {
-		replicas = 1
-	}
-	share := 1.0
-	if p.RegionPPM != 0 {
-		share = float64(abs64(p.RegionPPM)) / ppm
-	}
-	lb := int64(p.Lim.Burst*share) / replicas
-	if lb < int64(p.Lim.Cost) {
-		lb = int64(p.Lim.Cost)
-	}
-	la := float64(p.Average) * share / float64(replicas)
-	return Limit{Interval: p.PeriodUS / la, Burst: float64(lb), Cost: p.Lim.Cost}
-}
 
 // maxPlans bounds Plans.
 const maxPlans = 64
@@ -136,8 +110,8 @@ func compileMethods(methods []string) []string {
 	return out
 }
 
-// maxRules bounds the rules of one middleware (rule sets are cached by bitmask).
-const maxRules = 32
+// MaxRules bounds the rules of one middleware (rule sets are cached by bitmask).
+const MaxRules = 32
 
 // maxShards bounds Shards.
 const maxShards = 1024
@@ -145,7 +119,7 @@ const maxShards = 1024
 // split sets the sub-bucket shape for n shards: 1/n of the rate and of the
 // burst (a fraction of a token is fine: the capacities add up to the
 // limit's).
-func (p *Policy) split(n int64) error {
+func (p *Policy) Split(n int64) error {
 	p.Shard = p.Lim
 	if n <= 1 {
 		return nil
@@ -161,38 +135,6 @@ func (p *Policy) split(n int64) error {
 			field, p.Lim.Burst, n, p.Shard.Burst, p.Lim.Cost)
 	}
 	return nil
-}
-
-// abs64 is |v|.
-func abs64(v int64) int64 {
-	if v < 0 {
-		return -v
-	}
-	return v
-}
-
-// ppm: a region's share of a limit is in parts per million.
-const ppm = 1000000
-
-// maxDecisionLine is the longest decision a correct script sends: "+",
-// then 1+3(maxRules+1) numbers of at most 20 characters each, separated
-// by spaces, and CRLF. It fits in redis.MaxLine (TestDecisionFits).
-const maxDecisionLine = 1 + (1+3*(maxRules+1))*21 + 2
-
-// matches reports whether a rule applies to req.
-func (p *Policy) matches(req *http.Request) bool {
-	if !strings.HasPrefix(req.URL.Path, p.PathPrefix) {
-		return false
-	}
-	if len(p.Methods) == 0 {
-		return true
-	}
-	for _, m := range p.Methods {
-		if strings.EqualFold(m, req.Method) {
-			return true
-		}
-	}
-	return false
 }
 
 // compileQuotas compiles the quotas of one owner (field: "quotas",
@@ -228,18 +170,18 @@ func compileQuotas(field string, qs []Quota, owner *Policy, suffix string, cost 
 		if q.Limit < cost {
 			return nil, fmt.Errorf("%s.limit: %d is less than the cost %d: no request could ever pass", f, q.Limit, cost)
 		}
-		kind, err := parseWindow(f+".window", q.Window)
+		kind, err := bucket.ParseWindow(f+".window", q.Window)
 		if err != nil {
 			return nil, err
 		}
-		loc, err := loadZone(f+".timezone", q.Timezone)
+		loc, err := bucket.LoadZone(f+".timezone", q.Timezone)
 		if err != nil {
 			return nil, err
 		}
 		p := &Policy{
 			Name:       q.Name,
 			KeySuffix:  suffix + ":" + q.Name,
-			Lim:        Limit{Interval: 1e-3, Burst: float64(q.Limit), Cost: float64(cost)},
+			Lim:        bucket.Limit{Interval: 1e-3, Burst: float64(q.Limit), Cost: float64(cost)},
 			Average:    q.Limit,
 			PeriodSecs: 1,
 			FailClosed: failClosed,

@@ -1,4 +1,4 @@
-package tollgate
+package config
 
 // Config words Tollgate does not know. Traefik's decoder (mapstructure)
 // ignores a key that names no field, so a misspelled option ("burts",

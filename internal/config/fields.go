@@ -1,4 +1,4 @@
-package tollgate
+package config
 
 // One config field parsed and checked: durations (Traefik's form or
 // bare seconds), counts, names, header names, failure modes.
@@ -24,9 +24,9 @@ func ValidHeaderName(s string) bool {
 	return s != ""
 }
 
-// parseDuration accepts a Go duration or bare (possibly fractional) seconds,
+// ParseDuration accepts a Go duration or bare (possibly fractional) seconds,
 // as Traefik's duration fields do.
-func parseDuration(field, s string) (time.Duration, error) {
+func ParseDuration(field, s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if f, err := strconv.ParseFloat(s, 64); err == nil || errors.Is(err, strconv.ErrRange) {
 		switch {
@@ -49,9 +49,9 @@ func parseDuration(field, s string) (time.Duration, error) {
 	return d, nil
 }
 
-// positiveDuration is parseDuration that also refuses zero.
+// positiveDuration is ParseDuration that also refuses zero.
 func positiveDuration(field, s string) (time.Duration, error) {
-	d, err := parseDuration(field, s)
+	d, err := ParseDuration(field, s)
 	if err == nil && d <= 0 {
 		err = fmt.Errorf("%s: %q must be greater than zero", field, s)
 	}
@@ -116,8 +116,8 @@ func CheckName(field, s string) error {
 	return nil
 }
 
-// sanitizeName turns a middleware name into a valid class name.
-func sanitizeName(s string) string {
+// SanitizeName turns a middleware name into a valid class name.
+func SanitizeName(s string) string {
 	b := []byte(s)
 	for i := range b {
 		c := b[i]

@@ -1,7 +1,7 @@
-package tollgate
+package config
 
 // What New compiles from a Config: the validated settings a Tollgate runs
-// on (settings; its policies: policy.go; its Redis: redissettings.go), with
+// on (Settings; its policies: policy.go; its Redis: redissettings.go), with
 // each default filled in from config.go's constants.
 
 import (
@@ -12,21 +12,22 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgate-dev/tollgate/internal/bucket"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 	"github.com/tollgate-dev/tollgate/internal/regions"
 )
 
 // Header modes.
 const (
-	headersIETF    = 1
-	headersLegacy  = 2
-	headersDraft07 = 4 // the RateLimit headers' draft 07 form (one policy)
+	HeadersIETF    = 1
+	HeadersLegacy  = 2
+	HeadersDraft07 = 4 // the RateLimit headers' draft 07 form (one policy)
 )
 
 // Settings is a validated, compiled Config.
 type Settings struct {
 	Class     string
-	HeaderTag string  // class, NUL, "h:": what a header identity is hashed after (clientKey)
+	HeaderTag string  // class, NUL, "h:": what a header identity is hashed after (ClientKey)
 	ByHeader  bool    // clients keyed by a header (source.header), not sharded: decide's common case
 	Top       *Policy // nil when Average is 0
 	Rules     []*Policy
@@ -93,7 +94,7 @@ func Compile(cfg *Config, name string) (*Settings, error) {
 		}
 		s.Class = cfg.Class
 	} else {
-		s.Class = sanitizeName(name)
+		s.Class = SanitizeName(name)
 	}
 	s.HeaderTag = s.Class + "\x00h:"
 	for _, f := range []struct {
@@ -109,7 +110,7 @@ func Compile(cfg *Config, name string) (*Settings, error) {
 	if s.Shards > maxShards {
 		return nil, fmt.Errorf("shards: %d is more than %d", s.Shards, maxShards)
 	}
-	s.KeyLen = len(clientKey("", ""))
+	s.KeyLen = len(bucket.ClientKey("", ""))
 	if s.Shards > 1 {
 		s.Digits = len(strconv.FormatInt(s.Shards-1, 10))
 		s.KeyLen += 1 + s.Digits
@@ -123,14 +124,14 @@ func Compile(cfg *Config, name string) (*Settings, error) {
 		return nil, err
 	}
 	if cfg.Average > 0 {
-		p, err := compileLimit("", cfg.Average, period, cfg.Burst, cfg.Cost)
+		p, err := CompileLimit("", cfg.Average, period, cfg.Burst, cfg.Cost)
 		if err != nil {
 			return nil, err
 		}
 		p.Name = s.Class
 		p.FailClosed = topClosed
 		p.Shadow = cfg.Shadow
-		if p.Lease, err = compileLease("lease", cfg.Lease); err != nil {
+		if p.Lease, err = CompileLease("lease", cfg.Lease); err != nil {
 			return nil, err
 		}
 		s.Top = p
@@ -151,7 +152,7 @@ func Compile(cfg *Config, name string) (*Settings, error) {
 		if strings.TrimSpace(rp) == "" {
 			rp = period
 		}
-		p, err := compileLimit(field+".", r.Average, rp, r.Burst, orDefault(r.Cost, orDefault(cfg.Cost, defaultCost)))
+		p, err := CompileLimit(field+".", r.Average, rp, r.Burst, orDefault(r.Cost, orDefault(cfg.Cost, defaultCost)))
 		if err != nil {
 			return nil, err
 		}
@@ -162,7 +163,7 @@ func Compile(cfg *Config, name string) (*Settings, error) {
 			return nil, err
 		}
 		if r.SourceCriterion != nil {
-			src, err := compileSource(r.SourceCriterion)
+			src, err := CompileSource(r.SourceCriterion)
 			if err != nil {
 				return nil, fmt.Errorf("%s.%w", field, err)
 			}
@@ -191,26 +192,26 @@ func Compile(cfg *Config, name string) (*Settings, error) {
 		if p == nil || p.Source != nil { // a rule keyed its own way has one key, never sharded
 			continue
 		}
-		if err := p.split(s.Shards); err != nil {
+		if err := p.Split(s.Shards); err != nil {
 			return nil, err
 		}
 	}
 	if s.Exempt, err = parseCIDRs("exemptSourceRange", cfg.ExemptSourceRange); err != nil {
 		return nil, err
 	}
-	if len(s.Rules) > maxRules {
-		return nil, fmt.Errorf("rules: %d rules, at most %d are allowed", len(s.Rules), maxRules)
+	if len(s.Rules) > MaxRules {
+		return nil, fmt.Errorf("rules: %d rules, at most %d are allowed", len(s.Rules), MaxRules)
 	}
 
 	switch strings.ToLower(strings.TrimSpace(cfg.Headers)) {
 	case "", "ietf":
-		s.Headers = headersIETF
+		s.Headers = HeadersIETF
 	case "legacy":
-		s.Headers = headersLegacy
+		s.Headers = HeadersLegacy
 	case "both":
-		s.Headers = headersIETF | headersLegacy
+		s.Headers = HeadersIETF | HeadersLegacy
 	case "draft07":
-		s.Headers = headersDraft07
+		s.Headers = HeadersDraft07
 	case "none":
 		s.Headers = 0
 	default:
@@ -225,7 +226,7 @@ func Compile(cfg *Config, name string) (*Settings, error) {
 			return nil, fmt.Errorf("decisionHeader: %q has a meaning in HTTP (framing, cookies, caching, authentication or the RateLimit headers): name a header of your own, e.g. X-Tollgate-Decision", cfg.DecisionHeader)
 		}
 	}
-	if s.Source, err = compileSource(cfg.SourceCriterion); err != nil {
+	if s.Source, err = CompileSource(cfg.SourceCriterion); err != nil {
 		return nil, err
 	}
 	if s.PlanHeader != "" && s.PlanHeader == s.Source.Header {
@@ -244,7 +245,7 @@ func Compile(cfg *Config, name string) (*Settings, error) {
 	if err := checkCaps(s.Policies(), s.Redis.Mode == redis.Cluster, s.OwnKeys); err != nil {
 		return nil, err
 	}
-	if s.Region, s.RegionPeers, err = compileRegion(cfg.Region, s.Redis); err != nil {
+	if s.Region, s.RegionPeers, err = CompileRegion(cfg.Region, s.Redis); err != nil {
 		return nil, err
 	}
 	if s.Region != nil {
@@ -307,7 +308,7 @@ func compilePlans(cfg *Config, s *Settings, period string, topClosed bool, names
 		if strings.TrimSpace(pp) == "" {
 			pp = period
 		}
-		p, err := compileLimit(field+".", pl.Average, pp, pl.Burst, orDefault(pl.Cost, orDefault(cfg.Cost, defaultCost)))
+		p, err := CompileLimit(field+".", pl.Average, pp, pl.Burst, orDefault(pl.Cost, orDefault(cfg.Cost, defaultCost)))
 		if err != nil {
 			return err
 		}
@@ -321,7 +322,7 @@ func compilePlans(cfg *Config, s *Settings, period string, topClosed bool, names
 		if pl.Lease != nil {
 			lease, lf = *pl.Lease, field+".lease"
 		}
-		if p.Lease, err = compileLease(lf, lease); err != nil {
+		if p.Lease, err = CompileLease(lf, lease); err != nil {
 			return err
 		}
 		s.Plans = append(s.Plans, p)

@@ -1,4 +1,4 @@
-package tollgate
+package bucket
 
 // Calendar windows of the quotas, computed on the pod from its time zone
 // database and passed to the script, which picks the window that holds
@@ -13,7 +13,7 @@ package tollgate
 // midnight. A DST day is 23 or 25 hours; a repeated midnight does not start
 // a second day.
 //
-// Units. Bounds are whole seconds, returned in µs since epochUS like every
+// Units. Bounds are whole seconds, returned in µs since EpochUS like every
 // bucket time, so the script compares them with TIME directly.
 
 import (
@@ -24,24 +24,24 @@ import (
 
 // Window kinds of a quota.
 const (
-	windowHour = iota + 1
-	windowDay
-	windowWeek // ISO: Monday 00:00 local
-	windowMonth
+	WindowHour = iota + 1
+	WindowDay
+	WindowWeek // ISO: Monday 00:00 local
+	WindowMonth
 )
 
-// parseWindow parses a quota's window ("hour", "day", "week", "month", any
+// ParseWindow parses a quota's window ("hour", "day", "week", "month", any
 // case); field is the config path for the error, e.g. "quotas[0].window".
-func parseWindow(field, s string) (int, error) {
+func ParseWindow(field, s string) (int, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "hour":
-		return windowHour, nil
+		return WindowHour, nil
 	case "day":
-		return windowDay, nil
+		return WindowDay, nil
 	case "week":
-		return windowWeek, nil
+		return WindowWeek, nil
 	case "month":
-		return windowMonth, nil
+		return WindowMonth, nil
 	}
 	return 0, fmt.Errorf("%s: %q is not hour, day, week or month", field, s)
 }
@@ -49,13 +49,13 @@ func parseWindow(field, s string) (int, error) {
 // maxZoneName bounds a zone name; the longest IANA name is 32 bytes.
 const maxZoneName = 64
 
-// loadZone returns the IANA zone name ("" or "UTC": UTC). The name is
+// LoadZone returns the IANA zone name ("" or "UTC": UTC). The name is
 // checked before the time package sees it, so that it can only name a
 // file under the tz database: letters, digits, "_", "+", "-" and "/"
 // between names (no ".", so no ".."), each name starting with a capital
 // letter, and never "Local", "localtime" or "Factory" (the pod's own zone
 // would make a limit depend on the pod; Factory is no zone).
-func loadZone(field, name string) (*time.Location, error) {
+func LoadZone(field, name string) (*time.Location, error) {
 	if name == "" || name == "UTC" {
 		return time.UTC, nil
 	}
@@ -93,13 +93,13 @@ func zoneNameOK(name string) bool {
 	return name != "Factory"
 }
 
-// WindowBounds returns, in µs since epochUS, the starts of the previous,
+// WindowBounds returns, in µs since EpochUS, the starts of the previous,
 // the current and the next window of kind in loc at now, and the end of the
 // next: b[0] < b[1] <= now < b[2] < b[3].
 func WindowBounds(kind int, loc *time.Location, now time.Time) [4]int64 {
 	x := now.Unix() // whole seconds, rounded down: bounds are whole seconds
 	var s [4]int64
-	if kind == windowHour {
+	if kind == WindowHour {
 		s[1] = prevHour(loc, x)
 		s[2] = nextHour(loc, x)
 		s[0] = prevHour(loc, s[1]-1)
@@ -112,18 +112,18 @@ func WindowBounds(kind int, loc *time.Location, now time.Time) [4]int64 {
 	}
 	var b [4]int64
 	for i := 0; i < 4; i++ {
-		b[i] = s[i]*1000000 - epochUS
+		b[i] = s[i]*1000000 - EpochUS
 	}
 	return b
 }
 
-// windowSeconds is the length of the window [start, end) in whole seconds,
-// both in µs since epochUS.
-func windowSeconds(start, end int64) int64 { return (end - start) / 1000000 }
+// WindowSeconds is the length of the window [start, end) in whole seconds,
+// both in µs since EpochUS.
+func WindowSeconds(start, end int64) int64 { return (end - start) / 1000000 }
 
-// secondsLeft is the whole seconds from nowUS to end, rounded up (0 once
+// SecondsLeft is the whole seconds from nowUS to end, rounded up (0 once
 // end has passed).
-func secondsLeft(nowUS, end int64) int64 {
+func SecondsLeft(nowUS, end int64) int64 {
 	if end <= nowUS {
 		return 0
 	}
@@ -188,10 +188,10 @@ func windowAfter(kind int, loc *time.Location, x int64) int64 {
 func nominal(kind int, r int64, next int) int64 {
 	y, m, d := time.Unix(r, 0).UTC().Date()
 	switch kind {
-	case windowWeek:
+	case WindowWeek:
 		d -= (int(time.Unix(r, 0).UTC().Weekday()) + 6) % 7
 		d += 7 * next
-	case windowMonth:
+	case WindowMonth:
 		d = 1
 		m += time.Month(next)
 	default:

@@ -1,4 +1,4 @@
-package tollgate
+package config
 
 // redis.passwordFile names a file on the pod from the dynamic configuration,
 // whose author may not be whoever runs Traefik: only a regular file of one
@@ -69,7 +69,7 @@ func TestPasswordFile(t *testing.T) {
 		{desc: "DEL", path: write("del", "s3c\x7fret"), err: "holds a control character"},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
-			cfg := CreateConfig()
+			cfg := Default()
 			cfg.Average = 10
 			cfg.Redis.PasswordFile = tc.path
 			s, err := Compile(cfg, "api@file")

@@ -1,4 +1,4 @@
-package tollgate
+package config
 
 import (
 	"strings"
@@ -36,24 +36,34 @@ func TestUnknownWords(t *testing.T) {
 		}, want: `rules[0].sourceCriterion.ipStrategy.dept: unknown option (did you mean "depth"?)`},
 		{desc: "rule quota", set: func(c *Config) { c.Rules = []Rule{{Quotas: []Quota{{Unknown: u("timezon")}}}} },
 			want: `rules[0].quotas[0].timezon: unknown option (did you mean "timezone"?)`},
-		{desc: "rule cost", set: func(c *Config) { c.Rules = []Rule{{ResponseCost: &ResponseCost{Unknown: u("mx")}}} }, want: `rules[0].responseCost.mx: unknown option (did you mean "max"?)`},
+		{desc: "rule cost", set: func(c *Config) {
+			c.Rules = []Rule{{ResponseCost: &ResponseCost{Unknown: u("mx")}}}
+		}, want: `rules[0].responseCost.mx: unknown option (did you mean "max"?)`},
 		{desc: "rule cap", set: func(c *Config) { c.Rules = []Rule{{Concurrency: &Concurrency{Unknown: u("nam")}}} }, want: `rules[0].concurrency.nam: unknown option (did you mean "name"?)`},
 		{desc: "plan", set: func(c *Config) { c.Plans = []Plan{{Unknown: u("unlimted")}} }, want: `plans[0].unlimted: unknown option (did you mean "unlimited"?)`},
 		{desc: "plan lease", set: func(c *Config) { c.Plans = []Plan{{Lease: &Lease{Unknown: u("mx")}}} }, want: `plans[0].lease.mx: unknown option (did you mean "max"?)`},
 		{desc: "plan quota", set: func(c *Config) { c.Plans = []Plan{{Quotas: []Quota{{Unknown: u("windows")}}}} }, want: `plans[0].quotas[0].windows: unknown option (did you mean "window"?)`},
-		{desc: "plan cost", set: func(c *Config) { c.Plans = []Plan{{ResponseCost: &ResponseCost{Unknown: u("heder")}}} }, want: `plans[0].responseCost.heder: unknown option (did you mean "header"?)`},
-		{desc: "plan cap", set: func(c *Config) { c.Plans = []Plan{{Concurrency: &Concurrency{Unknown: u("maximum")}}} }, want: `plans[0].concurrency.maximum: unknown option (did you mean "max"?)`},
+		{desc: "plan cost", set: func(c *Config) {
+			c.Plans = []Plan{{ResponseCost: &ResponseCost{Unknown: u("heder")}}}
+		}, want: `plans[0].responseCost.heder: unknown option (did you mean "header"?)`},
+		{desc: "plan cap", set: func(c *Config) {
+			c.Plans = []Plan{{Concurrency: &Concurrency{Unknown: u("maximum")}}}
+		}, want: `plans[0].concurrency.maximum: unknown option (did you mean "max"?)`},
 		{desc: "redis", set: func(c *Config) { c.Redis.Unknown = u("adress") }, want: `redis.adress: unknown option`},
 		{desc: "redis tls", set: func(c *Config) { c.Redis.TLS.Unknown = u("insecure") }, want: `redis.tls.insecure: unknown option (did you mean "insecureSkipVerify"?)`},
 		{desc: "region", set: func(c *Config) { c.Region = &RegionConfig{Unknown: u("intervall")} }, want: `region.intervall: unknown option (did you mean "interval"?)`},
-		{desc: "region peer", set: func(c *Config) { c.Region = &RegionConfig{Peers: []PeerConfig{{Unknown: u("passwrd")}}} },
+		{desc: "region peer", set: func(c *Config) {
+			c.Region = &RegionConfig{Peers: []PeerConfig{{Unknown: u("passwrd")}}}
+		},
 			want: `region.peers[0].passwrd: unknown option (did you mean "password"?)`},
-		{desc: "region peer tls", set: func(c *Config) { c.Region = &RegionConfig{Peers: []PeerConfig{{TLS: TLSConfig{Unknown: u("certs")}}}} },
+		{desc: "region peer tls", set: func(c *Config) {
+			c.Region = &RegionConfig{Peers: []PeerConfig{{TLS: TLSConfig{Unknown: u("certs")}}}}
+		},
 			want: `region.peers[0].tls.certs: unknown option (did you mean "cert"?)`},
 		{desc: "a hostile word is quoted and cut", set: func(c *Config) { c.Unknown = u("a\x00b" + strings.Repeat("x", 100)) }, want: `"a\x00bxxx`},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
-			cfg := CreateConfig()
+			cfg := Default()
 			cfg.Average = 10
 			tc.set(cfg)
 			_, err := Compile(cfg, "api@file")
@@ -76,10 +86,10 @@ func TestUnknownWords(t *testing.T) {
 // TestUnknownWordsMetricsEndpoint: a serveMetrics middleware refuses an
 // unknown word too.
 func TestUnknownWordsMetricsEndpoint(t *testing.T) {
-	cfg := CreateConfig()
+	cfg := Default()
 	cfg.ServeMetrics = true
 	cfg.Unknown = map[string]interface{}{"metricsClass": "api"}
-	if _, err := metricsEndpoint(cfg); err == nil || !strings.Contains(err.Error(), `metricsClass: unknown option (did you mean "metricsClasses"?)`) {
+	if err := CheckMetricsOnly(cfg); err == nil || !strings.Contains(err.Error(), `metricsClass: unknown option (did you mean "metricsClasses"?)`) {
 		t.Fatalf("metricsEndpoint error = %v", err)
 	}
 }

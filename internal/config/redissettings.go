@@ -1,4 +1,4 @@
-package tollgate
+package config
 
 // The Redis settings compiled from RedisConfig: where the shared store is,
 // how to reach it, and what identifies a connection in the registry.
@@ -137,7 +137,7 @@ func CompileRedis(c *RedisConfig) (RedisSettings, error) {
 	if strings.TrimSpace(hb) == "" {
 		hb = defaultHeartbeat
 	}
-	beat, err := parseDuration("redis.heartbeat", hb)
+	beat, err := ParseDuration("redis.heartbeat", hb)
 	if err != nil {
 		return r, err
 	}

@@ -1,8 +1,4 @@
-package tollgate
-
-// The plugin's binding to its regions (internal/regions: the model and the
-// exchange): the region configuration compiled, and the requests' notes of
-// the buckets that pressed against their share.
+package config
 
 import (
 	"errors"
@@ -14,18 +10,9 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/regions"
 )
 
-// Bounds of the region configuration.
-const (
-	maxRegionWeight    = 1000
-	defaultInterval    = 5 * time.Second
-	minInterval        = 100 * time.Millisecond
-	maxInterval        = time.Hour
-	defaultPeerTimeout = "1s"
-)
-
-// compileRegion validates c (nil: no region) against this region's own
+// CompileRegion validates c (nil: no region) against this region's own
 // Redis.
-func compileRegion(c *RegionConfig, own RedisSettings) (*regions.Settings, []RedisSettings, error) {
+func CompileRegion(c *RegionConfig, own RedisSettings) (*regions.Settings, []RedisSettings, error) {
 	if c == nil {
 		return nil, nil, nil
 	}
@@ -35,7 +22,7 @@ func compileRegion(c *RegionConfig, own RedisSettings) (*regions.Settings, []Red
 	name := strings.TrimSpace(c.Name)
 	iv := c.Interval
 	if strings.TrimSpace(iv) == "" {
-		iv = defaultInterval.String()
+		iv = DefaultInterval.String()
 	}
 	interval, err := positiveDuration("region.interval", iv)
 	if err != nil {
@@ -114,16 +101,11 @@ func regionWeight(field string, w int64) (int64, error) {
 	return w, nil
 }
 
-// noteRegion notes, for the exchange, the buckets of policies ps for
-// client key that pressed in decision d: refused, or emptied (no whole
-// token left, whatever the region's share of the burst); cached: the
-// deny cache refused it (regions.Notes.Note). Rules keyed their own way
-// and policies that fail closed hold the static share, and are not noted.
-func noteRegion(n *regions.Notes, ps []*Policy, key string, d []int64, cached bool) {
-	for i, p := range ps {
-		if p.RegionPPM <= 0 || (d[2+3*i] == 0 && d[1+3*i] > 0) {
-			continue
-		}
-		n.Note(key+p.KeySuffix, int64(p.Shard.Cost), cached)
-	}
-}
+// Bounds of the region configuration.
+const (
+	maxRegionWeight    = 1000
+	DefaultInterval    = 5 * time.Second
+	minInterval        = 100 * time.Millisecond
+	maxInterval        = time.Hour
+	defaultPeerTimeout = "1s"
+)

@@ -1,9 +1,9 @@
 package tollgate
 
 import (
-	"os"
-	"strings"
 	"testing"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
 )
 
 // TestTLSEnabledUsesTheSystemRoots: tls.enabled alone turns TLS on, the
@@ -14,7 +14,7 @@ func TestTLSEnabledUsesTheSystemRoots(t *testing.T) {
 	cfg.Average = 1
 	cfg.Redis.Endpoints = []string{"redis.example:6380"}
 	cfg.Redis.TLS.Enabled = true
-	s, err := Compile(cfg, "api")
+	s, err := config.Compile(cfg, "api")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,18 +27,5 @@ func TestTLSEnabledUsesTheSystemRoots(t *testing.T) {
 	}
 	if conf.RootCAs != nil || conf.InsecureSkipVerify || conf.ServerName != "redis.example" {
 		t.Fatalf("roots %v, insecure %t, server name %q; want the system's roots, verified, redis.example", conf.RootCAs, conf.InsecureSkipVerify, conf.ServerName)
-	}
-}
-
-// TestConfigFilesAreBounded: a file the dynamic configuration names is
-// read up to its bound, never further.
-func TestConfigFilesAreBounded(t *testing.T) {
-	path := t.TempDir() + "/big.pem"
-	if err := os.WriteFile(path, []byte(strings.Repeat("x", maxPEMFile+1)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err := readConfigFile("redis.tls.ca", path, maxPEMFile)
-	if err == nil || !strings.Contains(err.Error(), "is larger than") {
-		t.Fatalf("a file over the bound: %v, want refused", err)
 	}
 }

@@ -1,8 +1,9 @@
-package tollgate
-
-// The configuration users write: Config and its parts, with the defaults
-// (CreateConfig and the constants compile.go fills in with). What New
-// compiles from it: compile.go.
+// Package config is Tollgate's configuration in, its compiled model out:
+// the schema Traefik decodes (Config and its parts, Default), the field
+// parsers, secrets and Redis settings, and Compile, which validates a
+// Config and returns the Settings and Policies a middleware runs on. It
+// is cold code: the root package's New calls it, never a request.
+package config
 
 // Config is the plugin's dynamic configuration. Traefik decodes it with
 // mapstructure (WeaklyTypedInput, case-insensitive names, lists split on
@@ -440,9 +441,9 @@ type TLSConfig struct {
 	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
-// CreateConfig returns the default configuration; Traefik decodes the
+// Default returns the default configuration; Traefik decodes the
 // middleware's options over it.
-func CreateConfig() *Config {
+func Default() *Config {
 	return &Config{
 		Period:      defaultPeriod,
 		Burst:       defaultBurst,

@@ -1,4 +1,4 @@
-package tollgate
+package config
 
 // Files the dynamic configuration names: redis.passwordFile,
 // redis.sentinelPasswordFile and redis.tls's PEM files. Whoever writes the
@@ -26,19 +26,19 @@ import (
 const (
 	// maxPasswordFile is the size of the largest password file, in bytes.
 	maxPasswordFile = 4096
-	// maxPEMFile is the size of the largest TLS file (CA bundle,
+	// MaxPEMFile is the size of the largest TLS file (CA bundle,
 	// certificate, key), in bytes: a system CA bundle is about 200 KiB.
-	maxPEMFile = 1 << 20
+	MaxPEMFile = 1 << 20
 )
 
-// readConfigFile reads the regular file at path, of at most max bytes, for
+// ReadConfigFile reads the regular file at path, of at most max bytes, for
 // field. A FIFO would block New and a device such as /dev/zero would never
 // end: both are refused, as is a larger file.
-func readConfigFile(field, path string, max int64) ([]byte, error) {
+func ReadConfigFile(field, path string, max int64) ([]byte, error) {
 	return readFileAs(field, path, path, max)
 }
 
-// readFileAs is readConfigFile of the file at open, named path (as the
+// readFileAs is ReadConfigFile of the file at open, named path (as the
 // configuration wrote it) in errors.
 func readFileAs(field, path, open string, max int64) ([]byte, error) {
 	fi, err := os.Stat(open)
@@ -71,7 +71,7 @@ func readFileAs(field, path, open string, max int64) ([]byte, error) {
 }
 
 // readPasswordFile reads the password in a password file (field): a file
-// as readConfigFile reads it, of at most maxPasswordFile bytes, holding one
+// as ReadConfigFile reads it, of at most maxPasswordFile bytes, holding one
 // line of printable characters; a trailing "\n" or "\r\n" is trimmed. A
 // multi-line file (a key, /etc/passwd, /proc/self/environ) is no password,
 // and an empty one would silently turn AUTH off: both are errors. The
