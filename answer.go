@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/bucket"
-	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 )
 
@@ -34,21 +33,21 @@ func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policy
 		return
 	}
 	count(set, d, how)
-	if t.set.Decision != "" {
-		rw.Header()[t.set.Decision] = decisionValues[how]
+	if t.conf.Decision != "" {
+		rw.Header()[t.conf.Decision] = decisionValues[how]
 	}
 	if how == decidedUnavailable {
 		t.refuseUnavailable(rw, set)
 		return
 	}
-	if t.set.Headers != 0 {
-		setHeaders(rw.Header(), t.set.Headers, set, d)
+	if t.conf.Headers != 0 {
+		setHeaders(rw.Header(), t.conf.Headers, set, d)
 	}
 	if d[0] != 1 {
 		writeQuotaExceeded(rw, set, d)
 		return
 	}
-	if !set.costed && !set.held {
+	if !set.costed && !set.capped {
 		t.next.ServeHTTP(rw, req)
 		return
 	}
@@ -62,9 +61,9 @@ func (t *Tollgate) answer(rw http.ResponseWriter, req *http.Request, set *policy
 // after a reload must not keep the old instance and its next.)
 func (t *Tollgate) prepared(s *policySet) *policySet {
 	if !s.shadow && t.notes == nil {
-		decision, headers := t.set.Decision, t.set.Headers
+		decision, headers := t.conf.Decision, t.conf.Headers
 		s.denied.prepare = func(d []int64) *refusal { return prepareRefusal(decision, headers, s, d) }
-		s.denied.showsFull = headers&(config.HeadersLegacy|config.HeadersDraft07) != 0
+		s.denied.showsFull = headers&(headersLegacy|headersDraft07) != 0
 	}
 	return s
 }
@@ -80,7 +79,7 @@ func prepareRefusal(decision string, headers int, set *policySet, d []int64) *re
 	if headers != 0 {
 		setHeaders(h, headers, set, d)
 	}
-	a := &refusal{body: quotaExceeded(h, set, d), counted: counter(set, d, decidedCache, metrics.Limited)}
+	a := &refusal{body: quotaExceeded(h, set, d), counted: counter(set, d, decidedCache, resLimited)}
 	for k, v := range h {
 		a.keys = append(a.keys, k)
 		a.vals = append(a.vals, v)
@@ -98,8 +97,8 @@ func (t *Tollgate) refuseUnavailable(rw http.ResponseWriter, set *policySet) {
 // unavailableHeaders sets the headers of a request decided unavailable
 // and returns the retry time, in seconds.
 func (t *Tollgate) unavailableHeaders(rw http.ResponseWriter, set *policySet) int64 {
-	retry := ceilSecs(t.set.Redis.ProbeNS / 1e6)
-	if t.set.Headers&config.HeadersIETF != 0 {
+	retry := ceilSecs(t.conf.Redis.ProbeNS / 1e6)
+	if t.conf.Headers&headersIETF != 0 {
 		// No budget is known; r=0 with the retry time keeps "every
 		// response carries RateLimit" true and tells SDKs to pause.
 		rw.Header().Set("RateLimit-Policy", set.policyHeader)
@@ -166,19 +165,19 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 		held, hd, hhow = set.enforce, e, ehow
 	}
 	p := set.ps[decider(set, d, how)]
-	n := atomic.AddInt64(&p.Metrics.N[how*metrics.NResults+metrics.ShadowLimited], 1)
+	n := atomic.AddInt64(&p.Metrics.N[how*nResults+resShadow], 1)
 	now := int64(time.Since(processStart)) + monoOrigin
-	if last := atomic.LoadInt64(&p.Metrics.ShadowLog); (last == 0 || now-last >= t.set.Redis.ProbeNS) && atomic.CompareAndSwapInt64(&p.Metrics.ShadowLog, last, now) {
+	if last := atomic.LoadInt64(&p.Metrics.ShadowLog); (last == 0 || now-last >= t.conf.Redis.ProbeNS) && atomic.CompareAndSwapInt64(&p.Metrics.ShadowLog, last, now) {
 		log.Printf("tollgate: shadow: policy %q of class %q would have refused a request (%s); let through (%d so far)",
-			p.Name, t.set.Class, metrics.DecisionName(how), n)
+			p.Name, t.conf.Class, metrics.DecisionName(how), n)
 	}
-	if t.set.Decision != "" {
-		rw.Header()[t.set.Decision] = shadowValues[how]
+	if t.conf.Decision != "" {
+		rw.Header()[t.conf.Decision] = shadowValues[how]
 	}
 	if how == decidedUnavailable {
 		t.unavailableHeaders(rw, set)
-	} else if t.set.Headers != 0 {
-		setHeaders(rw.Header(), t.set.Headers, set, d)
+	} else if t.conf.Headers != 0 {
+		setHeaders(rw.Header(), t.conf.Headers, set, d)
 	}
 	t.serveNext(rw, req, set, held, hd, hhow)
 }
@@ -188,7 +187,7 @@ func (t *Tollgate) passShadow(rw http.ResponseWriter, req *http.Request, set *po
 // the header that names the client), and the charge is the client's the
 // request was decided for.
 func chargeKeys(t *Tollgate, req *http.Request, set *policySet) []string {
-	keys := clientKeys(t, set, req, bucket.ClientKey(t.set.Class, identity(&t.set.Source, req)))
+	keys := clientKeys(t, set, req, bucket.ClientKey(t.conf.Class, identity(&t.conf.Source, req)))
 	for i, p := range set.ps {
 		keys[i] += p.KeySuffix
 	}
@@ -219,11 +218,10 @@ func (t *Tollgate) chargeResponse(rw http.ResponseWriter, set *policySet, keys [
 		if c == nil {
 			c = &charge{}
 		}
-		amount := strconv.FormatInt(extra, 10)
-		if p.Quota != nil {
-			c.args = append(c.args, strconv.FormatInt(-p.Quota.Limit, 10), windowsArg(quotaWindow(p.Quota, quotaNow())), amount)
+		if p.Kind == kindQuota {
+			c.args = append(c.args, bucket.QuotaCharge(p.Quota.Limit, extra, quotaWindow(p.Quota, quotaNow()), quotaShiftUS)...)
 		} else {
-			c.args = append(c.args, strconv.FormatFloat(p.Lim.Interval, 'g', -1, 64), strconv.FormatFloat(p.Lim.Burst, 'g', -1, 64), amount)
+			c.args = append(c.args, bucket.RateCharge(p.Lim, extra)...)
 		}
 		c.keys = append(c.keys, keys[i])
 		c.amounts = append(c.amounts, extra)
@@ -243,8 +241,8 @@ func (t *Tollgate) serveNext(rw http.ResponseWriter, req *http.Request, set, hel
 	if set.costed {
 		keys = chargeKeys(t, req, set) // before next, which may change req (a middleware that strips the key)
 	}
-	if held != nil && held.held && (hhow == decidedRedis || hhow == decidedLocal) {
-		hk := heldKeys(t, held, req, bucket.ClientKey(t.set.Class, identity(&t.set.Source, req)))
+	if held != nil && held.capped && (hhow == decidedRedis || hhow == decidedLocal) {
+		hk := capKeysOf(t, held, req, bucket.ClientKey(t.conf.Class, identity(&t.conf.Source, req)))
 		for _, p := range held.ps {
 			if p.Cap != nil {
 				atomic.AddInt64(&p.Metrics.InFlight, 1)
@@ -284,12 +282,12 @@ func release(t *Tollgate, set *policySet, keys []string, call string, d []int64,
 	if call == "" {
 		for i, p := range set.ps {
 			if p.Cap != nil {
-				call = heldCall(set, keys, strconv.FormatInt(d[3+3*i], 10)) // the take's member
+				call = capCall(set, keys, strconv.FormatInt(d[3+3*i], 10)) // the take's member
 				break
 			}
 		}
 	}
-	if t.be.rc.Check(set.give, call, make([]int64, 1), t.set.Redis.Timeout) != nil {
+	if t.be.rc.Check(set.give, call, make([]int64, 1), t.conf.Redis.Timeout) != nil {
 		returnSlots(t, set, call)
 	}
 }
@@ -301,14 +299,14 @@ func release(t *Tollgate, set *policySet, keys []string, call string, d []int64,
 // that decided it (decider), and the admitted policies near their limit:
 // of the burst they were decided on (the pod's share, for the fallback).
 func count(set *policySet, d []int64, how int) {
-	res := metrics.Allowed
+	res := resAllowed
 	if how == decidedUnavailable {
-		res = metrics.Unavailable
+		res = resUnavailable
 	} else if d[0] != 1 {
-		res = metrics.Limited
+		res = resLimited
 	}
 	atomic.AddInt64(counter(set, d, how, res), 1)
-	if res != metrics.Allowed {
+	if res != resAllowed {
 		return
 	}
 	var locals []bucket.Limit
@@ -335,7 +333,7 @@ func counter(set *policySet, d []int64, how, res int) *int64 {
 	if len(set.ps) > 1 {
 		i = decider(set, d, how)
 	}
-	return &set.ps[i].Metrics.N[how*metrics.NResults+res]
+	return &set.ps[i].Metrics.N[how*nResults+res]
 }
 
 // decider returns the index of the policy a request is counted under: for

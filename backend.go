@@ -65,7 +65,7 @@ type backend struct {
 	fallbacks int64 // requests decided by the local fallback
 	closed    int64 // requests refused with 503 (failureMode closed)
 
-	leasesMu      sync.Mutex
+	lazyMu        sync.Mutex   // guards what is made on first use: leases, charges
 	leases        *leaseTable  // made on first use (leasesOf)
 	giveBacksLost int64        // leases whose give-back failed
 	charges       *chargeQueue // response costs to charge (costs.go), made on first use
@@ -433,8 +433,8 @@ func (b *backend) anyDue() bool {
 
 // chargesOf returns b's charge queue, made on first use.
 func chargesOf(b *backend) *chargeQueue {
-	b.leasesMu.Lock()
-	defer b.leasesMu.Unlock()
+	b.lazyMu.Lock()
+	defer b.lazyMu.Unlock()
 	if b.charges == nil {
 		b.charges = &chargeQueue{rc: b.rc, br: b.breaker}
 	}

@@ -39,25 +39,23 @@ func commandParts(ps []*config.Policy, keyLen int) cmdParts {
 	for _, p := range ps {
 		n := keyLen
 		if p.Source != nil {
-			n = bucket.ClientKeyLen
+			n = clientKeyLen
 		}
-		if p.Cap != nil { // key#member (heldCall), the cap, maxDuration
+		switch p.Kind {
+		case kindCap: // key#member (heldCall)
 			if p.Cap.Class != "" {
 				n = len(p.Cap.Class)
 			}
 			c.lens = append(c.lens, n+1+memberLen)
-			c.suffixes = append(c.suffixes, p.KeySuffix)
-			c.args = append(c.args, "0", strconv.FormatInt(p.Cap.Max, 10), strconv.FormatInt(p.Cap.DurUS, 10))
-			continue
+			c.args = append(c.args, bucket.CapArgs(p.Cap.Max, p.Cap.DurUS)...)
+		case kindQuota: // the windows: quotaViewAt
+			c.lens = append(c.lens, n)
+			c.args = append(c.args, bucket.QuotaArgs(p.Quota.Limit, p.Lim.Cost)...)
+		default:
+			c.lens = append(c.lens, n)
+			c.args = append(c.args, bucket.RateArgs(p.Shard)...)
 		}
-		c.lens = append(c.lens, n)
 		c.suffixes = append(c.suffixes, p.KeySuffix)
-		if p.Quota != nil { // -limit, the windows (quotaViewAt), cost
-			c.args = append(c.args, strconv.FormatInt(-p.Quota.Limit, 10), "", strconv.FormatFloat(p.Lim.Cost, 'g', -1, 64))
-			continue
-		}
-		c.args = append(c.args, strconv.FormatFloat(p.Shard.Interval, 'g', -1, 64),
-			strconv.FormatFloat(p.Shard.Burst, 'g', -1, 64), strconv.FormatFloat(p.Shard.Cost, 'g', -1, 64))
 	}
 	if ps[0].RegionPPM != 0 {
 		for _, p := range ps {

@@ -20,7 +20,7 @@ package tollgate
 // (policyset.go, decide.go; plugin.go serves a capped top level alone).
 //
 // Redis unavailable, each pod caps the key itself at max over the pods
-// counted (at least 1), in its local store (localdecide.go); failureMode
+// counted (at least 1), in its local store (fallback.go); failureMode
 // closed answers 503 as for rates. Here: the slots' members; compiling caps:
 // internal/config.
 

@@ -93,3 +93,77 @@ func TestDecidedMatchesMetrics(t *testing.T) {
 		}
 	}
 }
+
+// requestFiles are the files of the request's path: their functions run
+// per request.
+var requestFiles = []string{"serve.go", "decide.go", "answer.go", "denycache.go", "headers.go", "fallback.go", "lease.go", "caps.go", "costs.go", "quota.go", "source.go", "bucket.go"}
+
+// TestRequestPathReadsItsOwn reads the request path's source: it reads no
+// other package's constant (the root keeps its own copies, serve.go's
+// hot-path constants, each defined as its original), and no clock but
+// the injected monotonic one
+// (processStart and monoOrigin, or a component's now) and the quotas'
+// wall clock (quotaNow).
+func TestRequestPathReadsItsOwn(t *testing.T) {
+	consts := map[string]map[string]bool{} // package name -> its constants
+	for _, pkg := range []string{"bucket", "config", "metrics", "redis", "regions", "clock"} {
+		consts[pkg] = map[string]bool{}
+		entries, err := os.ReadDir("internal/" + pkg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), "internal/"+pkg+"/"+e.Name(), nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range f.Decls {
+				if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+					for _, s := range g.Specs {
+						for _, n := range s.(*ast.ValueSpec).Names {
+							consts[pkg][n.Name] = true
+						}
+					}
+				}
+			}
+		}
+	}
+	fset := token.NewFileSet()
+	for _, name := range requestFiles {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				switch x := n.(type) {
+				case *ast.SelectorExpr:
+					pkg, ok := x.X.(*ast.Ident)
+					if !ok {
+						return true
+					}
+					if consts[pkg.Name][x.Sel.Name] {
+						t.Errorf("%s: %s reads %s.%s per request: read the root's copy (serve.go)", fset.Position(x.Pos()), fn.Name.Name, pkg.Name, x.Sel.Name)
+					}
+					if pkg.Name == "time" && x.Sel.Name == "Now" && name != "quota.go" {
+						t.Errorf("%s: %s reads the wall clock: read the injected clock (processStart + monoOrigin, or the component's now)", fset.Position(x.Pos()), fn.Name.Name)
+					}
+				case *ast.CallExpr:
+					if sel, ok := x.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Since" && len(x.Args) == 1 {
+						if id, ok := x.Args[0].(*ast.Ident); !ok || id.Name != "processStart" {
+							t.Errorf("%s: %s measures time from another start than processStart", fset.Position(x.Pos()), fn.Name.Name)
+						}
+					}
+				}
+				return true
+			})
+		}
+	}
+}

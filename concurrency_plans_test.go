@@ -45,10 +45,10 @@ func TestConcurrencyOfPlansAndRules(t *testing.T) {
 	if n := atomic.LoadInt64(&g.in); n != 3 {
 		t.Fatalf("free and top-level clients together: %d in flight, want the one pool of 3", n)
 	}
-	if m := h.set.TopQuotas[0].Metrics; atomic.LoadInt64(&m.InFlight) != 3 {
+	if m := h.conf.TopQuotas[0].Metrics; atomic.LoadInt64(&m.InFlight) != 3 {
 		t.Errorf("in-flight gauge %d, want 3", atomic.LoadInt64(&m.InFlight))
 	}
-	series := `tollgate_concurrency_in_flight{class="` + h.set.Class + `",policy="reports"}`
+	series := `tollgate_concurrency_in_flight{class="` + h.conf.Class + `",policy="reports"}`
 	if got := scrape(t)[series]; got != 3 {
 		t.Errorf("%s = %v, want 3", series, got)
 	}
@@ -68,7 +68,7 @@ func TestConcurrencyOfPlansAndRules(t *testing.T) {
 	if got := scrape(t)[series]; got != 0 {
 		t.Errorf("%s = %v after the requests ended, want 0", series, got)
 	}
-	if got := scrape(t)[requests(h.set.Class, "reports", "redis", "limited")]; got != 5 {
+	if got := scrape(t)[requests(h.conf.Class, "reports", "redis", "limited")]; got != 5 {
 		t.Errorf("refusals counted under the cap: %v, want 5", got)
 	}
 }

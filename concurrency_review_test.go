@@ -85,7 +85,7 @@ func TestReviewConcExactFarAboveThePool(t *testing.T) {
 			if left := capKeys(t, addr); len(left) != 0 {
 				t.Errorf("slots held after every request ended: %v", left)
 			}
-			if m := h.set.TopQuotas[0].Metrics; atomic.LoadInt64(&m.InFlight) != 0 {
+			if m := h.conf.TopQuotas[0].Metrics; atomic.LoadInt64(&m.InFlight) != 0 {
 				t.Errorf("in-flight gauge %d after the requests ended", atomic.LoadInt64(&m.InFlight))
 			}
 		})
@@ -140,14 +140,14 @@ func TestReviewConcTombstoneKeyOfAnotherType(t *testing.T) {
 	addr := redistest.Start(t)
 	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), config.Concurrency{Max: 1, Key: "class"}, nil)
 	set := h.top
-	keys := heldKeys(h, set, httptest.NewRequest("GET", "/", nil), "unused")
+	keys := capKeysOf(h, set, httptest.NewRequest("GET", "/", nil), "unused")
 	zkey := keys[0] + set.ps[0].KeySuffix
 	redistest.Do(t, addr, "SET", zkey+"}r", "garbage")
 	member := newMember()
-	returnSlots(h, set, heldCall(set, keys, member))
+	returnSlots(h, set, capCall(set, keys, member))
 	settle(t, h)
 	d := make([]int64, set.decisionLen)
-	if err := h.be.rc.Check(set.cmd, heldCall(set, keys, member), d, time.Second); err != nil {
+	if err := h.be.rc.Check(set.cmd, capCall(set, keys, member), d, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if n := slots(t, addr, zkey); n != "0" {
@@ -289,7 +289,7 @@ func TestReviewConcNoSlotOutlivesItsRequest(t *testing.T) {
 			if left := capKeys(t, addr); len(left) != 0 {
 				t.Errorf("slots held after every request ended: %v", left)
 			}
-			for _, p := range h.set.Policies() {
+			for _, p := range h.conf.Policies() {
 				if p.Cap != nil && atomic.LoadInt64(&p.Metrics.InFlight) != 0 {
 					t.Errorf("%s: in-flight gauge %d after the requests ended", p.Name, atomic.LoadInt64(&p.Metrics.InFlight))
 				}
@@ -307,13 +307,13 @@ func TestReviewConcPausedRedisHoldsNoGhostSlots(t *testing.T) {
 	h := capHandler(t, addr, g, config.Concurrency{Max: 4, Key: "class", MaxDuration: "1h"}, func(c *config.Config) { c.Redis.Timeout = "50ms" })
 	// The pool dialled: a take and its give-back.
 	set := h.top
-	keys := heldKeys(h, set, httptest.NewRequest("GET", "/", nil), "unused")
+	keys := capKeysOf(h, set, httptest.NewRequest("GET", "/", nil), "unused")
 	d := make([]int64, set.decisionLen)
 	member := newMember()
-	if err := h.be.rc.Check(set.cmd, heldCall(set, keys, member), d, time.Second); err != nil || d[0] != 1 {
+	if err := h.be.rc.Check(set.cmd, capCall(set, keys, member), d, time.Second); err != nil || d[0] != 1 {
 		t.Fatalf("warming: %v %v", err, d)
 	}
-	returnSlots(h, set, heldCall(set, keys, member))
+	returnSlots(h, set, capCall(set, keys, member))
 	settle(t, h)
 	redistest.Do(t, addr, "CLIENT", "PAUSE", "400", "ALL")
 	recs, done := burst(h, g, 3, func(i int) string { return fmt.Sprint("c", i) })
@@ -326,9 +326,9 @@ func TestReviewConcPausedRedisHoldsNoGhostSlots(t *testing.T) {
 		}
 	}
 	settle(t, h)
-	zkey := bucket.KeyPrefix + "c:" + h.set.Class + "}}c"
+	zkey := bucket.KeyPrefix + "c:" + h.conf.Class + "}}c"
 	redistest.WaitFor(t, func() bool { return slots(t, addr, zkey) == "0" }, "no slot held")
-	if n := atomic.LoadInt64(&h.set.TopQuotas[0].Metrics.HeldLost); n != 0 {
+	if n := atomic.LoadInt64(&h.conf.TopQuotas[0].Metrics.HeldLost); n != 0 {
 		t.Errorf("%d give-backs lost", n)
 	}
 	if n := localHeld(h); n != 0 {
@@ -343,7 +343,7 @@ func TestReviewConcSlotKeyOfAnotherType(t *testing.T) {
 	for _, typ := range [][]string{{"SET", "x"}, {"HSET", "f", "v"}, {"RPUSH", "x"}} {
 		g := newGate()
 		h := capHandler(t, addr, g, config.Concurrency{Max: 2, Key: "class"}, nil)
-		zkey := bucket.KeyPrefix + "c:" + h.set.Class + "}}c"
+		zkey := bucket.KeyPrefix + "c:" + h.conf.Class + "}}c"
 		redistest.Do(t, addr, append([]string{typ[0], zkey}, typ[1:]...)...)
 		recs, done := burst(h, g, 5, func(i int) string { return fmt.Sprint("c", i) })
 		waitArrived(t, g, 2)

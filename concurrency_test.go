@@ -120,7 +120,7 @@ func TestConcurrencyClassCapHoldsAndFrees(t *testing.T) {
 	if n := atomic.LoadInt64(&g.in); n != 3 {
 		t.Fatalf("%d requests in the backend, want 3 (the cap)", n)
 	}
-	zkey := bucket.KeyPrefix + "c:" + h.set.Class + "}}c"
+	zkey := bucket.KeyPrefix + "c:" + h.conf.Class + "}}c"
 	if n := slots(t, addr, zkey); n != "3" {
 		t.Fatalf("%s holds %s slots, want 3", zkey, n)
 	}
@@ -170,10 +170,10 @@ func TestConcurrencyPerClient(t *testing.T) {
 		t.Errorf("%d requests in the backend, want 2 per client", n)
 	}
 	for _, r := range recs {
-		if r.Code == http.StatusTooManyRequests && !strings.Contains(r.Header().Get("RateLimit"), `"`+h.set.Class+`";r=`) {
+		if r.Code == http.StatusTooManyRequests && !strings.Contains(r.Header().Get("RateLimit"), `"`+h.conf.Class+`";r=`) {
 			t.Errorf("RateLimit %q: want the rate's item beside the cap's", r.Header().Get("RateLimit"))
 		}
-		if r.Code == http.StatusTooManyRequests && !strings.HasSuffix(r.Header().Get("RateLimit-Policy"), `"`+h.set.Class+`-concurrency";q=2;qu="concurrent-requests"`) {
+		if r.Code == http.StatusTooManyRequests && !strings.HasSuffix(r.Header().Get("RateLimit-Policy"), `"`+h.conf.Class+`-concurrency";q=2;qu="concurrent-requests"`) {
 			t.Errorf("RateLimit-Policy %q", r.Header().Get("RateLimit-Policy"))
 		}
 	}
@@ -181,7 +181,7 @@ func TestConcurrencyPerClient(t *testing.T) {
 	done.Wait()
 	settle(t, h)
 	// A cap's refusal charged no rate: 4 admissions, 96 left.
-	if rl := serve(h, "c0").Header().Get("RateLimit"); !strings.HasPrefix(rl, `"`+h.set.Class+`";r=97;`) {
+	if rl := serve(h, "c0").Header().Get("RateLimit"); !strings.HasPrefix(rl, `"`+h.conf.Class+`";r=97;`) {
 		t.Errorf("RateLimit %q: want c0 charged for its 2 admissions and this one only (r=97): a cap's refusal takes no token", rl)
 	}
 }
@@ -196,7 +196,7 @@ func TestConcurrencySlotBackAfterPanic(t *testing.T) {
 	close(g.open)
 	done.Wait()
 	settle(t, h)
-	if n := slots(t, addr, bucket.KeyPrefix+"c:"+h.set.Class+"}}c"); n != "0" {
+	if n := slots(t, addr, bucket.KeyPrefix+"c:"+h.conf.Class+"}}c"); n != "0" {
 		t.Fatalf("%s slots held after next panicked, want 0", n)
 	}
 }
@@ -248,12 +248,12 @@ func TestConcurrencyGiveBackBeforeTheTakeLeavesATombstone(t *testing.T) {
 	addr := redistest.Start(t)
 	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), config.Concurrency{Max: 1, Key: "class"}, nil)
 	set := h.top
-	keys := heldKeys(h, set, httptest.NewRequest("GET", "/", nil), "unused")
+	keys := capKeysOf(h, set, httptest.NewRequest("GET", "/", nil), "unused")
 	member := newMember()
-	returnSlots(h, set, heldCall(set, keys, member))
+	returnSlots(h, set, capCall(set, keys, member))
 	settle(t, h)
 	d := make([]int64, set.decisionLen)
-	if err := h.be.rc.Check(set.cmd, heldCall(set, keys, member), d, time.Second); err != nil {
+	if err := h.be.rc.Check(set.cmd, capCall(set, keys, member), d, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	zkey := keys[0] + set.ps[0].KeySuffix
@@ -271,9 +271,9 @@ func TestConcurrencyExpiredSlotsAreSwept(t *testing.T) {
 	addr := redistest.Start(t)
 	h := capHandler(t, addr, http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {}), config.Concurrency{Max: 1, Key: "class", MaxDuration: "300ms"}, nil)
 	set := h.top
-	keys := heldKeys(h, set, httptest.NewRequest("GET", "/", nil), "unused")
+	keys := capKeysOf(h, set, httptest.NewRequest("GET", "/", nil), "unused")
 	d := make([]int64, set.decisionLen)
-	if err := h.be.rc.Check(set.cmd, heldCall(set, keys, newMember()), d, time.Second); err != nil || d[0] != 1 {
+	if err := h.be.rc.Check(set.cmd, capCall(set, keys, newMember()), d, time.Second); err != nil || d[0] != 1 {
 		t.Fatalf("a dead pod's take: %v %v", err, d)
 	}
 	start := time.Now()
@@ -337,7 +337,7 @@ func TestConcurrencySlotsFurtherThanAnyHoldAreSwept(t *testing.T) {
 	addr := redistest.Start(t)
 	noop := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {})
 	h := capHandler(t, addr, noop, config.Concurrency{Max: 1, Key: "class", MaxDuration: "1s"}, nil)
-	zkey := bucket.KeyPrefix + "c:" + h.set.Class + "}}c"
+	zkey := bucket.KeyPrefix + "c:" + h.conf.Class + "}}c"
 	now := int64(redisNowUS(t, addr))
 	for _, tc := range []struct {
 		desc  string

@@ -152,7 +152,7 @@ func (q *chargeQueue) sendBatch(batch []*charge) {
 	if batch = costs; len(batch) == 0 {
 		return
 	}
-	if q.rc.Mode() != redis.Cluster {
+	if q.rc.Mode() != modeCluster {
 		res := 0
 		if q.rc.Check(chargeCommand(batch, -1), "", d, chargeTimeout) != nil {
 			res = 1

@@ -73,7 +73,7 @@ func TestResponseCostDrivesTheBucketIntoDebt(t *testing.T) {
 	if rec.Code != http.StatusTooManyRequests {
 		t.Fatalf("the 4th: %d, want 429 (the bucket is in debt)", rec.Code)
 	}
-	if got := rec.Header().Get("RateLimit"); !strings.HasPrefix(got, `"`+h.set.Class+`";r=0;`) {
+	if got := rec.Header().Get("RateLimit"); !strings.HasPrefix(got, `"`+h.conf.Class+`";r=0;`) {
 		t.Errorf("RateLimit %q, want r=0 while in debt", got)
 	}
 	// 5 tokens of debt and 1 to take: 6 tokens at 25 a minute, 14.4 s (a
@@ -123,7 +123,7 @@ func TestResponseCostQueueBound(t *testing.T) {
 	q.running = true // no sender yet: the bound alone
 	q.mu.Unlock()
 	p := h.top.ps[0]
-	key := bucket.ClientKey(h.set.Class, "h:flood") + p.KeySuffix
+	key := bucket.ClientKey(h.conf.Class, "h:flood") + p.KeySuffix
 	for i := 0; i < maxCharges+7; i++ {
 		q.add(&charge{keys: []string{key}, args: []string{strconv.FormatFloat(p.Lim.Interval, 'g', -1, 64), "25", "1"},
 			amounts: []int64{1}, ms: []*metrics.Policy{p.Metrics}})

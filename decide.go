@@ -29,11 +29,11 @@ import (
 // unavailable and a policy fails closed, and decidedAnswered when rw (not
 // nil) has had the cached refusal's prepared answer.
 func decide(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseWriter, d []int64) int {
-	v := req.Header[t.set.Source.Header]
-	if !t.set.ByHeader || len(v) == 0 || v[0] == "" || set.held {
+	v := req.Header[t.conf.Source.Header]
+	if !t.conf.ByHeader || len(v) == 0 || v[0] == "" || set.capped {
 		return decideAny(t, set, req, rw, d)
 	}
-	key := bucket.HashKey(t.set.HeaderTag + v[0]) // ClientKey(class, "h:"+v[0])
+	key := bucket.HashKey(t.conf.HeaderTag + v[0]) // ClientKey(class, "h:"+v[0])
 	if set.lease != nil {
 		return decideLeased(t, set, key, rw, d)
 	}
@@ -59,7 +59,7 @@ func decideKey(t *Tollgate, set *policySet, key string, r int, d []int64) int {
 	if set.quotas {
 		cmd = quotaCall(set).cmd
 	}
-	if redisCheck(t.be, cmd, key, d, &t.set.Redis, t.hb) != nil {
+	if redisCheck(t.be, cmd, key, d, &t.conf.Redis, t.hb) != nil {
 		return fallback(t, set, key, d)
 	}
 	if d[0] != 1 {
@@ -73,13 +73,13 @@ func decideKey(t *Tollgate, set *policySet, key string, r int, d []int64) int {
 
 // decideAny is decide for any client identity, sharded or not.
 func decideAny(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseWriter, d []int64) int {
-	key := bucket.ClientKey(t.set.Class, identity(&t.set.Source, req))
+	key := bucket.ClientKey(t.conf.Class, identity(&t.conf.Source, req))
 	if set.lease != nil { // never sharded, never keyed by rules their own way
 		return decideLeased(t, set, key, rw, d)
 	}
 	rkey := key
-	if t.set.Shards > 1 {
-		rkey = shardKey(t.set, key)
+	if t.conf.Shards > 1 {
+		rkey = shardKey(t.conf, key)
 	}
 	call := rkey // the keys as the call writes them
 	if set.ownKeys {
@@ -102,10 +102,10 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseW
 	if set.quotas {
 		cmd = quotaCall(set).cmd
 	}
-	if set.held {
-		return callHeld(t, set, req, rkey, call, heldCall(set, heldKeys(t, set, req, rkey), newMember()), cmd, d)
+	if set.capped {
+		return callCapped(t, set, req, rkey, call, capCall(set, capKeysOf(t, set, req, rkey), newMember()), cmd, d)
 	}
-	if redisCheck(t.be, cmd, call, d, &t.set.Redis, t.hb) != nil {
+	if redisCheck(t.be, cmd, call, d, &t.conf.Redis, t.hb) != nil {
 		if set.ownKeys {
 			return fallbackOwn(t, set, req, key, d)
 		}
@@ -114,8 +114,8 @@ func decideAny(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseW
 	if t.notes != nil && !set.ownKeys && (d[0] != 1 || d[1] == 0 || len(set.ps) > 1) {
 		noteRegion(t.notes, set.ps, rkey, d, false) // before scaleRemaining: a shard's own tokens
 	}
-	if t.set.Shards > 1 {
-		scaleRemaining(set, d, t.set.Shards)
+	if t.conf.Shards > 1 {
+		scaleRemaining(set, d, t.conf.Shards)
 	}
 	if d[0] != 1 {
 		set.denied.remember(call, d)
@@ -159,7 +159,7 @@ func callLeased(t *Tollgate, set *policySet, key string, d []int64) int {
 	} else if atomic.AddInt64(&seen.streak[i], 1) >= ls.hot {
 		return askLease(t, set, key, now, d)
 	}
-	if redisCheck(t.be, set.cmd, key, d, &t.set.Redis, t.hb) != nil {
+	if redisCheck(t.be, set.cmd, key, d, &t.conf.Redis, t.hb) != nil {
 		return fallback(t, set, key, d)
 	}
 	if d[0] != 1 {
@@ -175,7 +175,7 @@ func askLease(t *Tollgate, set *policySet, key string, now int64, d []int64) int
 	ls := set.lease
 	k := ls.tag + key
 	if !ls.table.ask(k) {
-		if redisCheck(t.be, set.cmd, key, d, &t.set.Redis, t.hb) != nil {
+		if redisCheck(t.be, set.cmd, key, d, &t.conf.Redis, t.hb) != nil {
 			return fallback(t, set, key, d)
 		}
 		return leaseRefused(set, key, d)
@@ -183,7 +183,7 @@ func askLease(t *Tollgate, set *policySet, key string, now int64, d []int64) int
 	sent := now
 	n := len(d)
 	ld := make([]int64, n+2)
-	err := redisCheck(t.be, ls.asking(replicasSeen(t.hb, t.set.Replicas, sent)), key, ld, &t.set.Redis, t.hb)
+	err := redisCheck(t.be, ls.asking(replicasSeen(t.hb, t.conf.Replicas, sent)), key, ld, &t.conf.Redis, t.hb)
 	granted := int64(0)
 	if err == nil {
 		copy(d, ld[:n])
@@ -282,7 +282,7 @@ func decideGroups(t *Tollgate, set *policySet, req *http.Request, d []int64) int
 			}
 			gd[0] = 0
 			for k := range g.ps {
-				gd[1+3*k], gd[2+3*k], gd[3+3*k] = 0, t.set.Redis.ProbeNS/1e6, t.set.Redis.ProbeNS/1e6
+				gd[1+3*k], gd[2+3*k], gd[3+3*k] = 0, t.conf.Redis.ProbeNS/1e6, t.conf.Redis.ProbeNS/1e6
 			}
 			ghow = decidedLocal
 		}
@@ -323,11 +323,11 @@ func shardKey(s *config.Settings, key string) string {
 	return key[:len(key)-1] + ":" + n + "}"
 }
 
-// heldKeys returns each policy's key for a request over set (a set with
+// capKeysOf returns each policy's key for a request over set (a set with
 // a cap) of client key: a class cap's class key, a rule keyed its own
 // way its own client key, else key. A cap's slots are its key and its
 // suffix.
-func heldKeys(t *Tollgate, set *policySet, req *http.Request, key string) []string {
+func capKeysOf(t *Tollgate, set *policySet, req *http.Request, key string) []string {
 	var keys []string
 	if set.ownKeys {
 		keys = clientKeys(t, set, req, key)
@@ -345,12 +345,12 @@ func heldKeys(t *Tollgate, set *policySet, req *http.Request, key string) []stri
 	return keys
 }
 
-// callHeld is the Redis call over set, a set with a cap, of the take's
+// callCapped is the Redis call over set, a set with a cap, of the take's
 // call hc (heldCall; key: the client key, call: the deny cache's key,
 // cmd: the set's call now). A call that may have reached Redis and
 // failed has its slots given back.
-func callHeld(t *Tollgate, set *policySet, req *http.Request, key, call, hc string, cmd *redis.Command, d []int64) int {
-	if err := redisCheck(t.be, cmd, hc, d, &t.set.Redis, t.hb); err != nil {
+func callCapped(t *Tollgate, set *policySet, req *http.Request, key, call, hc string, cmd *redis.Command, d []int64) int {
+	if err := redisCheck(t.be, cmd, hc, d, &t.conf.Redis, t.hb); err != nil {
 		if tookMaybe(err) {
 			returnSlots(t, set, hc) // the script may run yet: a tombstone refuses it
 		}

@@ -140,7 +140,7 @@ func TestNewSharesBackends(t *testing.T) {
 	// Reloads that change limits, timeouts or breaker settings keep the
 	// connection, hence the pool; another database is another connection.
 	a := handlerOn(t, "127.0.0.1:1", nil)
-	user := a.set.Redis.Username
+	user := a.conf.Redis.Username
 	b := handlerOn(t, "127.0.0.1:1", func(c *config.Config) {
 		c.Redis.Username, c.Average, c.Redis.Timeout, c.Redis.ProbeInterval, c.Redis.BreakerThreshold, c.Redis.PoolSize = user, 7, "9ms", "2s", 5, 3
 	})

@@ -88,7 +88,7 @@ func TestGiveBacksOutliveAnOutage(t *testing.T) {
 	p := newCutProxy(t, addr)
 	g := newGate()
 	h := capHandler(t, p.addr(), g, config.Concurrency{Max: 3, Key: "class", MaxDuration: "10m"}, func(c *config.Config) { c.Redis.Timeout = "50ms" })
-	zkey := bucket.KeyPrefix + "c:" + h.set.Class + "}}c"
+	zkey := bucket.KeyPrefix + "c:" + h.conf.Class + "}}c"
 	recs, done := burst(h, g, 3, func(i int) string { return fmt.Sprint("c", i) })
 	waitArrived(t, g, 3)
 	if n := slots(t, addr, zkey); n != "3" {
@@ -110,7 +110,7 @@ func TestGiveBacksOutliveAnOutage(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if n := atomic.LoadInt64(&h.set.TopQuotas[0].Metrics.HeldLost); n != 0 {
+	if n := atomic.LoadInt64(&h.conf.TopQuotas[0].Metrics.HeldLost); n != 0 {
 		t.Errorf("%d give-backs counted lost, want 0 (each taken once Redis was back)", n)
 	}
 }

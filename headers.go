@@ -38,7 +38,7 @@ func ceilSecs(ms int64) int64 {
 // setHeaders writes the rate-limit headers of decision d (see TakeAll). The
 // common case, IETF headers for one policy, is all it does itself.
 func setHeaders(h http.Header, mode int, set *policySet, d []int64) {
-	if mode == config.HeadersIETF && len(set.ps) == 1 && !set.quotas {
+	if mode == headersIETF && len(set.ps) == 1 && !set.quotas {
 		h.Set("RateLimit-Policy", set.policyHeader)
 		h.Set("RateLimit", set.quoted[0]+";r="+strconv.FormatInt(d[1], 10)+";t="+strconv.FormatInt((d[2]+999)/1000, 10))
 		return
@@ -48,7 +48,7 @@ func setHeaders(h http.Header, mode int, set *policySet, d []int64) {
 
 // setAllHeaders is setHeaders for any mode and number of policies.
 func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
-	if mode&config.HeadersIETF != 0 {
+	if mode&headersIETF != 0 {
 		ph := set.policyHeader
 		if set.quotas {
 			ph = quotaCall(set).policyHeader
@@ -56,7 +56,7 @@ func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
 		h.Set("RateLimit-Policy", ph)
 		h.Set("RateLimit", rateLimitValue(set, d))
 	}
-	if mode&(config.HeadersLegacy|config.HeadersDraft07) == 0 {
+	if mode&(headersLegacy|headersDraft07) == 0 {
 		return
 	}
 	// The legacy trio and the draft 07 form describe one policy: the one
@@ -73,12 +73,12 @@ func setAllHeaders(h http.Header, mode int, set *policySet, d []int64) {
 	if set.ps[j].Cap != nil {
 		reset = strconv.FormatInt(ceilSecs(d[2+3*j]), 10) // a cap's third number is its slot
 	}
-	if mode&config.HeadersLegacy != 0 {
+	if mode&headersLegacy != 0 {
 		h.Set("X-RateLimit-Limit", limit)
 		h.Set("X-RateLimit-Remaining", remaining)
 		h.Set("X-RateLimit-Reset", reset)
 	}
-	if mode&config.HeadersDraft07 != 0 {
+	if mode&headersDraft07 != 0 {
 		p := set.ps[j]
 		burst := ";burst=" + strconv.FormatInt(int64(p.Lim.Burst), 10)
 		if p.Quota != nil || p.Cap != nil {

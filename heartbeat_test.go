@@ -18,12 +18,12 @@ import (
 func TestHeartbeatRidesOnChecks(t *testing.T) {
 	f := redistest.StartFake(t, "+1 4 0 1000\r\n")
 	h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Redis.Heartbeat = "150ms" })
-	if got := replicasSeen(h.hb, h.set.Replicas, clock.Mono()); got != 1 {
+	if got := replicasSeen(h.hb, h.conf.Replicas, clock.Mono()); got != 1 {
 		t.Fatalf("before any heartbeat the fallback divides by %d, want replicas (1)", got)
 	}
 	serve(h, t.Name())
 	redistest.WaitFor(t, func() bool { return atomic.LoadInt64(&f.Beats) == 1 }, "the first check's heartbeat")
-	redistest.WaitFor(t, func() bool { return replicasSeen(h.hb, h.set.Replicas, clock.Mono()) == 3 }, "the count (3) to be kept")
+	redistest.WaitFor(t, func() bool { return replicasSeen(h.hb, h.conf.Replicas, clock.Mono()) == 3 }, "the count (3) to be kept")
 	// Not due yet: no heartbeat is asked for. A heartbeat asked for is
 	// sent before the beat goroutine ends (see beatQuiet), so once it is
 	// quiet the server has counted every one: no sleep decides this. (A
@@ -36,7 +36,7 @@ func TestHeartbeatRidesOnChecks(t *testing.T) {
 	time.Sleep(150 * time.Millisecond)
 	serve(h, t.Name())
 	redistest.WaitFor(t, func() bool { return atomic.LoadInt64(&f.Beats) == 2 }, "a heartbeat once due")
-	if l := localShare(h.set.Top, replicasSeen(h.hb, h.set.Replicas, clock.Mono())); l.Burst != 1 {
+	if l := localShare(h.conf.Top, replicasSeen(h.hb, h.conf.Replicas, clock.Mono())); l.Burst != 1 {
 		t.Fatalf("local share with 3 pods: burst %v, want 5/3 -> 1", l.Burst)
 	}
 }
@@ -46,8 +46,8 @@ func TestHeartbeatOff(t *testing.T) {
 	h := handlerOn(t, f.Addr(), func(c *config.Config) { c.Redis.Heartbeat = "0"; c.Replicas = 2 })
 	serve(h, t.Name())
 	beatQuiet(t, h) // a beat asked for by that check would be counted now
-	if n := atomic.LoadInt64(&f.Beats); n != 0 || h.hb != nil || replicasSeen(h.hb, h.set.Replicas, clock.Mono()) != 2 {
-		t.Fatalf("heartbeat off: %d heartbeats, divisor %d; want none and replicas (2)", n, replicasSeen(h.hb, h.set.Replicas, clock.Mono()))
+	if n := atomic.LoadInt64(&f.Beats); n != 0 || h.hb != nil || replicasSeen(h.hb, h.conf.Replicas, clock.Mono()) != 2 {
+		t.Fatalf("heartbeat off: %d heartbeats, divisor %d; want none and replicas (2)", n, replicasSeen(h.hb, h.conf.Replicas, clock.Mono()))
 	}
 }
 

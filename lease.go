@@ -132,8 +132,8 @@ var leaseTables int64
 
 // leasesOf returns b's lease table, made on first use.
 func leasesOf(b *backend) *leaseTable {
-	b.leasesMu.Lock()
-	defer b.leasesMu.Unlock()
+	b.lazyMu.Lock()
+	defer b.lazyMu.Unlock()
 	if b.leases == nil {
 		id := instanceID + "." + strconv.FormatInt(atomic.AddInt64(&leaseTables, 1), 10)
 		b.leases = &leaseTable{rc: b.rc, lost: &b.giveBacksLost, id: id, leases: make(map[string]*lease)}
@@ -283,7 +283,7 @@ func (tb *leaseTable) giveBackLoop() {
 // leases, or one per lease in a Cluster (a call's keys share a slot).
 // A failed give-back is dropped: it only under-admits.
 func (tb *leaseTable) giveBack(batch []*lease) {
-	cluster := tb.rc.Mode() == redis.Cluster
+	cluster := tb.rc.Mode() == modeCluster
 	for len(batch) > 0 {
 		n := maxGiveBacks
 		if cluster {

@@ -43,7 +43,7 @@ func TestExpiredSlotIsSweptBeforeItsKeyExpires(t *testing.T) {
 	addr := redistest.Start(t)
 	noop := http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {})
 	h := capHandler(t, addr, noop, config.Concurrency{Max: 1, Key: "class"}, nil)
-	zkey := bucket.KeyPrefix + "c:" + h.set.Class + "}}c"
+	zkey := bucket.KeyPrefix + "c:" + h.conf.Class + "}}c"
 	past := int64(redisNowUS(t, addr)) - 10*1000000 // 10 s ago
 	redistest.Do(t, addr, "ZADD", zkey, strconv.FormatInt(past, 10), "123456789012345678")
 	redistest.Do(t, addr, "PEXPIRE", zkey, "3600000")

@@ -47,11 +47,11 @@ type policySet struct {
 	// lease, when not nil, leases the set's requests (lease.go).
 	lease *leasing
 
-	// held when some policy is a concurrency cap (caps.go): cmd
+	// capped when some policy is a concurrency cap (caps.go): cmd
 	// is called whole, its keys joined by joints (heldCall); give is
 	// the give-back's call, of the same keys and args.
-	held bool
-	give *redis.Command
+	capped bool
+	give   *redis.Command
 
 	// Calendar quotas (quota.go): quotas when some policy is one; its
 	// call and RateLimit-Policy are then quotaV's (quotaCall), made
@@ -102,13 +102,13 @@ func newPolicySet(ps []*config.Policy, keyLen int) *policySet {
 	s.cmd = newCommand(ps, keyLen)
 	for _, p := range ps {
 		s.ownKeys = s.ownKeys || p.Source != nil
-		s.held = s.held || p.Cap != nil
+		s.capped = s.capped || p.Cap != nil
 	}
-	if s.held {
+	if s.capped {
 		parts := commandParts(ps, keyLen)
 		s.give = redis.NewCommand(giveScr, parts.lens, parts.suffixes, parts.args, nil).Whole()
 	}
-	if s.ownKeys || s.held {
+	if s.ownKeys || s.capped {
 		s.joints = s.cmd.Joints()
 		s.cmd = s.cmd.Whole()
 	}
@@ -129,7 +129,7 @@ func newPolicySet(ps []*config.Policy, keyLen int) *policySet {
 			s.denied.shadow = append(s.denied.shadow, p.Shadow)
 		}
 	}
-	if s.held {
+	if s.capped {
 		for _, p := range ps {
 			s.denied.capped = append(s.denied.capped, p.Cap != nil)
 		}
@@ -152,12 +152,12 @@ func withHeaders(s *policySet, headers int) *policySet {
 		withHeaders(s.enforce, headers)
 	}
 	// A rate and its quotas: plain too (serveQuotas).
-	s.plain = !s.costed && !s.held && (headers == 0 || headers == config.HeadersIETF) && (len(s.ps) == 1 && !s.quotas || quotasAfter(s.ps))
+	s.plain = !s.costed && !s.capped && (headers == 0 || headers == config.HeadersIETF) && (len(s.ps) == 1 && !s.quotas || quotasAfter(s.ps))
 	if s.plain && headers == config.HeadersIETF && !s.quotas {
 		s.policyValue = []string{s.policyHeader}
 		s.rPrefix = s.quoted[0] + ";r="
 	}
-	if s.held && headers == config.HeadersIETF {
+	if s.capped && headers == config.HeadersIETF {
 		s.policyValue = []string{s.policyHeader} // serveCapped's
 	}
 	return s
@@ -331,14 +331,14 @@ func quotaViewAt(s *policySet, now time.Time) *quotaView {
 			continue
 		}
 		b := quotaWindow(p.Quota, now)
-		parts.args[3*i+1] = windowsArg(b)
+		parts.args[3*i+1] = bucket.WindowsArg(b, quotaShiftUS)
 		items[i] = policyItem(p, bucket.WindowSeconds(b[1], b[2]))
 		if v.until < 0 || b[2] < v.until {
 			v.until = b[2]
 		}
 	}
 	v.cmd = redis.NewCommand(bucketScr, parts.lens, parts.suffixes, parts.args, bucket.CheckDecision)
-	if s.ownKeys || s.held {
+	if s.ownKeys || s.capped {
 		v.cmd = v.cmd.Whole()
 	}
 	v.policyHeader = strings.Join(items, ", ")
@@ -346,9 +346,9 @@ func quotaViewAt(s *policySet, now time.Time) *quotaView {
 	return v
 }
 
-// heldCall writes the call of set's keys for member: each key, a cap's
+// capCall writes the call of set's keys for member: each key, a cap's
 // followed by #member, joined by set.joints.
-func heldCall(set *policySet, keys []string, member string) string {
+func capCall(set *policySet, keys []string, member string) string {
 	b := make([]byte, 0, 48*len(keys))
 	for i, p := range set.ps {
 		if i > 0 {

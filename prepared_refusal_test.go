@@ -41,7 +41,7 @@ func TestPreparedRefusalsAreTheAnswer(t *testing.T) {
 			h := handlerOn(t, f.Addr(), tc.mutate)
 			now := 10 * time.Second
 			set := h.top
-			if len(h.set.Rules) > 0 {
+			if len(h.conf.Rules) > 0 {
 				set = h.policiesFor(httptest.NewRequest("GET", "/", nil))
 			}
 			set.denied.now = func() int64 { return int64(now) }
@@ -89,7 +89,7 @@ func TestPreparedRefusalsAreTheAnswer(t *testing.T) {
 
 // clientKeyOf is the key h's requests with API key k are charged under.
 func clientKeyOf(h *Tollgate, k string) string {
-	return bucket.HashKey(h.set.HeaderTag + k)
+	return bucket.HashKey(h.conf.HeaderTag + k)
 }
 
 // A prepared answer is never used past the refusal: once the wait is over

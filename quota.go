@@ -16,7 +16,6 @@ package tollgate
 // (failureMode open admits, closed answers 503).
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/bucket"
@@ -46,11 +45,5 @@ func quotaWindow(q *config.QuotaShape, now time.Time) []int64 {
 	return q.Bounds
 }
 
-// windowsArg is a quota's windows as the scripts read them (quota.go).
-func windowsArg(b []int64) string {
-	return strconv.FormatInt(b[0], 10) + " " + strconv.FormatInt(b[1], 10) + " " +
-		strconv.FormatInt(b[2], 10) + " " + strconv.FormatInt(b[3], 10) + " " + strconv.FormatInt(quotaShiftUS, 10)
-}
-
 // quotaUS is now in µs since EpochUS, as the scripts count time.
-func quotaUS(now time.Time) int64 { return now.UnixMicro() - bucket.EpochUS }
+func quotaUS(now time.Time) int64 { return now.UnixMicro() - epochUS }

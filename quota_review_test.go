@@ -129,7 +129,7 @@ func TestReviewRateRefusalNotExtendedByQuota(t *testing.T) {
 	if ra, _ := strconv.Atoi(rec.Header().Get("Retry-After")); ra < 1 || ra > 60 {
 		t.Errorf("Retry-After %d, want the rate's wait (at most 60 s)", ra)
 	}
-	e := h.top.denied.entries[bucket.ClientKey(h.set.Class, "h:k")]
+	e := h.top.denied.entries[bucket.ClientKey(h.conf.Class, "h:k")]
 	if e == nil {
 		for k := range h.top.denied.entries {
 			e = h.top.denied.entries[k]

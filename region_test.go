@@ -41,7 +41,7 @@ func regionPair(t *testing.T, class string, mutate func(*config.Config)) (a, b *
 func exchangerOf(t *Tollgate) *regions.Exchanger {
 	shared.regionsMu.Lock()
 	defer shared.regionsMu.Unlock()
-	return shared.regions[t.set.Region.Key]
+	return shared.regions[t.conf.Region.Key]
 }
 
 // shareIn reads a bucket's share in a region's Redis, ppm; 0: untracked.

@@ -48,7 +48,8 @@ type Limit struct {
 }
 
 // A decision is kept flat, in the layout of the script's reply, so the
-// Redis path has nothing to convert:
+// Redis path has nothing to convert (a rate's slots; a quota's and a
+// cap's: Kind):
 //
 //	d[0]      1 if the request passes (every bucket charged), else 0
 //	d[1+3i]   bucket i's whole tokens left after this request (before it,
@@ -62,7 +63,10 @@ func DecisionLen(buckets int) int { return 1 + 3*buckets }
 // every bucket fits, each is charged and tats is updated in place; otherwise
 // nothing is charged (a TAT clamped because the clock ran backwards is still
 // stored clamped). d receives the decision. It is the Go twin of
-// BucketScript, statement for statement, and must stay in step with it.
+// BucketScript for rate buckets (Kind Rate, without regions, leases or a
+// response's debt, which only the script knows): the same arithmetic in
+// the same order, held to the script's replies by script_redis_test.go,
+// which runs both on the same state against a real redis-server.
 func TakeAll(lims []Limit, tats []float64, now float64, d []int64) bool {
 	ok := true
 	for i := range lims {

@@ -60,6 +60,7 @@ func compileConcurrency(field string, c *Concurrency, owner *Policy, class, owne
 		FailClosed: failClosed,
 		Shadow:     shadow,
 		Source:     source,
+		Kind:       bucket.Cap,
 		Cap:        shape,
 	}
 	p.Shard = p.Lim

@@ -9,8 +9,21 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 )
 
-// Policy is one compiled bucket shape with its name and failure mode.
+// Policy is one compiled limit: a bucket of one kind (Kind) with its
+// name, key suffix, failure mode and what it reads (the request's methods
+// and path for a rule's, the response's cost). Kind says which of its
+// shapes is set and what its bucket's three script arguments and three
+// decision slots mean (bucket.Kind):
+//
+//	bucket.Rate   Lim and Shard (the whole limit, one shard's); Lease when it leases
+//	bucket.Quota  Quota (limit, window, zone); Lim's burst is the limit, for the local view
+//	bucket.Cap    Cap (max, maxDuration, class key); Lim's burst is max
+//
+// A Policy is built by Compile and read by every request of its
+// middleware, never written after New (Metrics is set by New; Quota's
+// window cache has its own lock).
 type Policy struct {
+	Kind       bucket.Kind
 	Name       string       // policy name in headers; "" key suffix for the top level
 	KeySuffix  string       // appended to the client's key; "" for the top level
 	Lim        bucket.Limit // the whole limit (and the local fallback's base)
@@ -66,6 +79,7 @@ func CompileLimit(prefix string, average int64, period string, burst, cost int64
 			prefix, burst, average, per, refill/usPerYear, maxRefillUS/usPerYear)
 	}
 	p := &Policy{
+		Kind:       bucket.Rate,
 		Metrics:    &metrics.Policy{}, // New's are the registry's
 		Lim:        bucket.Limit{Interval: interval, Burst: float64(burst), Cost: float64(cost)},
 		Average:    average,
@@ -187,6 +201,7 @@ func compileQuotas(field string, qs []Quota, owner *Policy, suffix string, cost 
 			FailClosed: failClosed,
 			Shadow:     shadow,
 			Source:     source,
+			Kind:       bucket.Quota,
 			Quota:      &QuotaShape{Limit: q.Limit, Kind: kind, Loc: loc},
 		}
 		p.Shard = p.Lim

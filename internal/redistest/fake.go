@@ -45,10 +45,15 @@ type Fake struct {
 	Pings   int64             // PINGs received
 	IDs     int64             // the last CLIENT ID given
 	Resets  int32             // 1: a script call is run (counted), then its connection closed unanswered
+	Record  int32             // 1: script calls are kept in Calls
 
 	Mu    sync.Mutex
 	Open  map[net.Conn]bool // guarded by Mu: the connections being served
 	Auths []string          // guarded by Mu: the password of each AUTH received
+	Calls []string          // guarded by Mu: each script call received while Record is 1, its words space-joined
+	// ScriptReplies, guarded by Mu, answers EVALSHA of a script (by its
+	// SHA1) with a reply of its own instead of Reply.
+	ScriptReplies map[string]string
 }
 
 // Addr is the fake's address.
@@ -200,6 +205,18 @@ func (f *Fake) answer(args []string) (reply string, reset bool) {
 	}
 	if verb == "EVALSHA" || verb == "EVAL" {
 		atomic.AddInt64(&f.Evals, 1)
+		f.Mu.Lock()
+		if atomic.LoadInt32(&f.Record) == 1 {
+			f.Calls = append(f.Calls, strings.Join(args, " "))
+		}
+		r, own := "", false
+		if len(args) > 1 {
+			r, own = f.ScriptReplies[args[1]]
+		}
+		f.Mu.Unlock()
+		if own {
+			return r, false
+		}
 		return f.Reply, atomic.LoadInt32(&f.Resets) == 1
 	}
 	return reply, false

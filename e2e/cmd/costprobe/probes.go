@@ -306,34 +306,34 @@ func ProbeShared(n int) {
 			defer wg.Done()
 			d := make([]int64, 4)
 			for i := 0; i < n/32; i++ {
-				redisCheck(probeP.be, probeP.top.cmd, key, d, &probeP.set.Redis, nil)
+				redisCheck(probeP.be, probeP.top.cmd, key, d, &probeP.conf.Redis, nil)
 			}
-		}(bucket.HashKey(probeP.set.HeaderTag + strconv.Itoa(g)))
+		}(bucket.HashKey(probeP.conf.HeaderTag + strconv.Itoa(g)))
 	}
 	wg.Wait()
 }
 
 func ProbeKey(n int) {
 	for i := 0; i < n; i++ {
-		bucket.HashKey(probeT.set.HeaderTag + probeReq.Header["X-Api-Key"][0])
+		bucket.HashKey(probeT.conf.HeaderTag + probeReq.Header["X-Api-Key"][0])
 	}
 }
 
 func ProbeRedisCheck(n int) {
 	for i := 0; i < n; i++ {
-		redisCheck(probeT.be, probeT.top.cmd, probeKey, probeD, &probeT.set.Redis, probeT.hb)
+		redisCheck(probeT.be, probeT.top.cmd, probeKey, probeD, &probeT.conf.Redis, probeT.hb)
 	}
 }
 
 func ProbePoolCheck(n int) {
 	c := probeT.be.pool
 	for i := 0; i < n; i++ {
-		redis.PoolCheck(c, probeT.top.cmd, probeKey, probeD, probeT.set.Redis.Timeout, 0)
+		redis.PoolCheck(c, probeT.top.cmd, probeKey, probeD, probeT.conf.Redis.Timeout, 0)
 	}
 }
 
 func ProbeExchange(n int) {
-	redis.ProbeExchange(probeT.be.pool, probeT.top.cmd, probeKey, probeD, probeT.set.Redis.Timeout, n)
+	redis.ProbeExchange(probeT.be.pool, probeT.top.cmd, probeKey, probeD, probeT.conf.Redis.Timeout, n)
 }
 
 func ProbeAppendCall(n int) {
@@ -531,7 +531,7 @@ func probeCallParts() (head, tail []byte) {
 
 func probeMono() int64 { return clock.Mono() }
 
-func probeClientKey(id string) string { return bucket.ClientKey(probeT.set.Class, id) }
+func probeClientKey(id string) string { return bucket.ClientKey(probeT.conf.Class, id) }
 
 func probeKeyPrefix() string { return bucket.KeyPrefix }
 
