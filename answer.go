@@ -111,10 +111,6 @@ func (t *Tollgate) unavailableHeaders(rw http.ResponseWriter, set *policySet) in
 	return retry
 }
 
-// decisionValues are the DecisionHeader values by decision, assigned to the
-// header map as they are (each has no spare capacity: an append copies).
-var decisionValues = [...][]string{{"redis"}, {"local"}, {"lease"}, {"unavailable"}, {"cache"}}
-
 // shadowValues are decisionValues for a request that shadow policies alone
 // would have refused, let through.
 var shadowValues = [...][]string{{"redis;shadow"}, {"local;shadow"}, {"lease;shadow"}, {"unavailable;shadow"}, {"cache;shadow"}}

@@ -13,20 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tollgate-dev/tollgate/internal/clock"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
-)
-
-// processStart, monoOrigin and histSample are clock.Start, clock.Origin
-// and metrics.HistSample as the hot path reads them: under Yaegi a read of
-// another package's variable or constant allocates.
-var processStart = clock.Start
-
-const (
-	monoOrigin = clock.Origin
-	histSample = metrics.HistSample
 )
 
 // watchIdle ends the prober after this long without checks.

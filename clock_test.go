@@ -99,8 +99,8 @@ func TestDecidedMatchesMetrics(t *testing.T) {
 var requestFiles = []string{"serve.go", "decide.go", "answer.go", "denycache.go", "headers.go", "fallback.go", "lease.go", "caps.go", "costs.go", "quota.go", "source.go", "bucket.go"}
 
 // TestRequestPathReadsItsOwn reads the request path's source: it reads no
-// other package's constant (the root keeps its own copies, serve.go's
-// hot-path constants, each defined as its original), and no clock but
+// other package's constant (the root keeps its own copies in hotpath.go,
+// each defined as its original), and no clock but
 // the injected monotonic one
 // (processStart and monoOrigin, or a component's now) and the quotas'
 // wall clock (quotaNow).
@@ -150,7 +150,7 @@ func TestRequestPathReadsItsOwn(t *testing.T) {
 						return true
 					}
 					if consts[pkg.Name][x.Sel.Name] {
-						t.Errorf("%s: %s reads %s.%s per request: read the root's copy (serve.go)", fset.Position(x.Pos()), fn.Name.Name, pkg.Name, x.Sel.Name)
+						t.Errorf("%s: %s reads %s.%s per request: read the root's copy (hotpath.go)", fset.Position(x.Pos()), fn.Name.Name, pkg.Name, x.Sel.Name)
 					}
 					if pkg.Name == "time" && x.Sel.Name == "Now" && name != "quota.go" {
 						t.Errorf("%s: %s reads the wall clock: read the injected clock (processStart + monoOrigin, or the component's now)", fset.Position(x.Pos()), fn.Name.Name)

@@ -117,20 +117,6 @@ func (b *breaker) isOpen() bool { return atomic.LoadInt64(&b.nextProbe) != 0 }
 // Deciding without Redis: the local fallback's buckets and slots, shared
 // by the pods counted (heartbeat.go), and how a request was decided.
 
-// How a request was decided (DecisionHeader), by value: the request's
-// path reads its own constants, not another package's. Each equals the
-// metrics decision it is counted under (metrics.ByRedis, ...; held by
-// TestDecidedMatchesMetrics); decidedAnswered, one past them, is a
-// refusal already answered from its prepared form.
-const (
-	decidedRedis       = 0
-	decidedLocal       = 1
-	decidedLease       = 2 // admitted from the pod's lease (lease.go)
-	decidedUnavailable = 3
-	decidedCache       = 4 // a refusal from Redis still in force (denycache.go)
-	decidedAnswered    = 5 // the same, already answered from its prepared refusal
-)
-
 // fallback decides without Redis: 503 (decidedUnavailable) when a policy
 // fails closed, else the local buckets decide, with the limits shared by
 // the pods seen (heartbeat.go). A plain function, its cold parts out of

@@ -9,9 +9,6 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/bucket"
-	"github.com/tollgate-dev/tollgate/internal/config"
-	"github.com/tollgate-dev/tollgate/internal/metrics"
-	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
 // The request's entry paths. ServeHTTP picks one per request; the fast
@@ -292,29 +289,3 @@ func (t *Tollgate) serveAny(rw http.ResponseWriter, req *http.Request) {
 		t.answer(rw, req, set, d, how)
 	}
 }
-
-// Canonical header names, for map assignment (the hot path's headers).
-const (
-	hdrPolicy    = "Ratelimit-Policy"
-	hdrRateLimit = "Ratelimit"
-)
-
-// The request path's copies of other packages' constants: it reads its
-// own (TestRequestPathReadsItsOwn), each defined as the original, so
-// that they cannot drift.
-const (
-	keyPrefix      = bucket.KeyPrefix
-	clientKeyLen   = bucket.ClientKeyLen
-	epochUS        = bucket.EpochUS
-	kindQuota      = bucket.Quota
-	kindCap        = bucket.Cap
-	nResults       = metrics.NResults
-	resAllowed     = metrics.Allowed
-	resLimited     = metrics.Limited
-	resUnavailable = metrics.Unavailable
-	resShadow      = metrics.ShadowLimited
-	headersIETF    = config.HeadersIETF
-	headersLegacy  = config.HeadersLegacy
-	headersDraft07 = config.HeadersDraft07
-	modeCluster    = redis.Cluster
-)
