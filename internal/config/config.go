@@ -10,9 +10,9 @@ package config
 // ","), so every field also decodes from strings (Docker labels). Durations
 // are strings: a Go duration ("1m", "250ms") or bare seconds ("60", "0.5").
 type Config struct {
-	// Average is the number of tokens refilled per Period. 0 disables the
-	// top-level limit (rules still apply; with no rules requests pass and
-	// Redis is never called). Default 0.
+	// Average is the number of tokens refilled per Period. 0: no top-level
+	// rate (rules, plans, quotas or a cap still apply; a middleware with
+	// none of them is an error). Default 0.
 	Average int64 `json:"average,omitempty" yaml:"average,omitempty" toml:"average,omitempty"`
 	// Period is the refill period of Average. Default "1s"; must be > 0.
 	Period string `json:"period,omitempty" yaml:"period,omitempty" toml:"period,omitempty"`
