@@ -191,23 +191,30 @@ func chargeKeys(t *Tollgate, req *http.Request, set *policySet) []string {
 }
 
 // chargeResponse charges what the response says the admitted request
-// cost, beyond the cost already charged, to each policy of set whose
-// owner reads a response cost (after next), under keys (chargeKeys):
+// cost (w, after next), beyond the cost already charged, to each policy
+// of set whose owner reads a response cost, under keys (chargeKeys):
 // queued on the backend's charge queue (costs.go), its Redis call off
 // the response's path.
-func (t *Tollgate) chargeResponse(rw http.ResponseWriter, set *policySet, keys []string) {
-	h := rw.Header()
+func (t *Tollgate) chargeResponse(w *costWriter, set *policySet, keys []string) {
+	ns, rs := costResults(w)
 	var c *charge
 	for i, p := range set.ps {
 		if p.RespCost == nil || p.Cap != nil {
 			continue
 		}
-		n, ok := responseCost(h, p.RespCost)
-		if !ok {
+		j := costShapeIndex(w.shapes, p.RespCost)
+		switch rs[j] {
+		case costInvalid:
 			atomic.AddInt64(&p.Metrics.CostInvalid, 1)
 			continue
+		case costMissing:
+			atomic.AddInt64(&p.Metrics.CostMissing, 1)
+			continue
+		case costEncoded:
+			atomic.AddInt64(&p.Metrics.CostEncoded, 1)
+			continue
 		}
-		extra := n - int64(p.Lim.Cost)
+		extra := ns[j] - int64(p.Lim.Cost)
 		if extra <= 0 {
 			continue
 		}
@@ -246,10 +253,13 @@ func (t *Tollgate) serveNext(rw http.ResponseWriter, req *http.Request, set, hel
 		}
 		defer release(t, held, hk, "", hd, hhow)
 	}
-	t.next.ServeHTTP(rw, req)
-	if keys != nil {
-		t.chargeResponse(rw, set, keys)
+	if keys == nil {
+		t.next.ServeHTTP(rw, req)
+		return
 	}
+	w := newCostWriter(rw, set)
+	t.next.ServeHTTP(w, req)
+	t.chargeResponse(w, set, keys)
 }
 
 // release gives back the slots of a request admitted over set (keys:

@@ -106,7 +106,7 @@ var requestFiles = []string{"serve.go", "decide.go", "answer.go", "denycache.go"
 // wall clock (quotaNow).
 func TestRequestPathReadsItsOwn(t *testing.T) {
 	consts := map[string]map[string]bool{} // package name -> its constants
-	for _, pkg := range []string{"bucket", "config", "metrics", "redis", "regions", "clock"} {
+	for _, pkg := range []string{"bucket", "config", "metrics", "redis", "regions", "clock", "usage"} {
 		consts[pkg] = map[string]bool{}
 		entries, err := os.ReadDir("internal/" + pkg)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
+	"github.com/tollgate-dev/tollgate/internal/usage"
 )
 
 // processStart, monoOrigin and histSample are clock.Start, clock.Origin
@@ -46,6 +47,10 @@ const (
 	headersLegacy  = config.HeadersLegacy
 	headersDraft07 = config.HeadersDraft07
 	modeCluster    = redis.Cluster
+	costInvalid    = usage.Invalid
+	costMissing    = usage.Missing
+	costEncoded    = usage.Encoded
+	costFound      = usage.Found
 )
 
 // How a request was decided (DecisionHeader), by value. Each equals the

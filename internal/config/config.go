@@ -285,19 +285,33 @@ type Rule struct {
 	Unknown map[string]interface{} `json:"-" yaml:"-" toml:"-" mapstructure:",remain"`
 }
 
-// ResponseCost: after the backend answers, Header's value (a decimal
-// integer from 0 to Max, one line) less the cost the request was charged
-// is charged to the same bucket and quotas, off the response's path; the
-// bucket may go into debt. Anything else in the header is ignored and
-// counted. The header reaches the client (it is read once the response
-// is written).
+// ResponseCost: after the backend answers, what the response says the
+// request cost (Header's value, or the sum of JSONFields in its body),
+// less the cost the request was charged, is charged to the same bucket
+// and quotas, off the response's path; the bucket may go into debt. A
+// value that is no integer from 0 to Max charges nothing more and is
+// counted. Only a route with a ResponseCost has its ResponseWriter
+// wrapped (the body read as it streams, never held back).
 type ResponseCost struct {
-	// Header names the response header, e.g. X-Usage-Tokens. Required.
+	// Header names the response header, e.g. X-Usage-Tokens: a decimal
+	// integer, one line. When JSONFields are set too, the header wins
+	// when the response has it. Default "": none.
 	Header string `json:"header,omitempty" yaml:"header,omitempty" toml:"header,omitempty"`
+	// JSONFields are dotted paths into a JSON body (application/json,
+	// +json) or into the JSON events of a text/event-stream, e.g.
+	// [usage.total_tokens] or [usage.input_tokens, usage.output_tokens]:
+	// the cost is their sum (in a stream, each path's last value). At
+	// most 8 paths of at most 8 keys. Default none. Header or JSONFields
+	// is required.
+	JSONFields []string `json:"jsonFields,omitempty" yaml:"jsonFields,omitempty" toml:"jsonFields,omitempty"`
+	// MaxScan bounds the bytes of a JSON body kept to be read: its last
+	// MaxScan bytes (the usage object ends a body). Bytes; default
+	// 1048576 (1 MiB), at most 16 MiB.
+	MaxScan int64 `json:"maxScan,omitempty" yaml:"maxScan,omitempty" toml:"maxScan,omitempty"`
 	// Max is the largest cost a response may name; required, > 0.
 	Max int64 `json:"max,omitempty" yaml:"max,omitempty" toml:"max,omitempty"`
-	// KeepHeader is accepted for compatibility: the header is always
-	// kept (see the README).
+	// KeepHeader lets Header reach the client; by default it is taken
+	// out of the response (it is the backend's word to the limiter).
 	KeepHeader bool `json:"keepHeader,omitempty" yaml:"keepHeader,omitempty" toml:"keepHeader,omitempty"`
 	// Unknown holds the options Traefik found no field for (words.go):
 	// New refuses the config when it holds any.

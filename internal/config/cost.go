@@ -4,31 +4,68 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/tollgate-dev/tollgate/internal/usage"
 )
 
-// CostShape is a compiled ResponseCost: the header (canonical) and the
-// largest cost it may name.
+// CostShape is a compiled ResponseCost: the header (canonical; "" none),
+// the body's paths (usage.ParsePath's; nil none), the tail of a JSON body
+// kept, whether the header reaches the client, and the largest cost a
+// response may name.
 type CostShape struct {
-	Header string
-	Max    int64
+	Header     string
+	Paths      [][]string
+	MaxScan    int
+	KeepHeader bool
+	Max        int64
 }
 
-// maxResponseCost bounds ResponseCost.Max.
-const maxResponseCost = 1000000000000
+// The bounds of ResponseCost.
+const (
+	maxResponseCost = 1000000000000
+	defaultMaxScan  = 1 << 20
+	maxMaxScan      = 16 << 20
+)
 
 // compileResponseCost validates rc (field names it); nil: none.
 func compileResponseCost(field string, rc *ResponseCost) (*CostShape, error) {
-	if rc == nil || strings.TrimSpace(rc.Header) == "" && rc.Max == 0 {
+	if rc == nil || strings.TrimSpace(rc.Header) == "" && len(rc.JSONFields) == 0 && rc.Max == 0 && rc.MaxScan == 0 {
 		return nil, nil
 	}
-	h := strings.TrimSpace(rc.Header)
-	if !ValidHeaderName(h) {
-		return nil, fmt.Errorf("%s.header: %q is not a header name", field, rc.Header)
+	shape := &CostShape{KeepHeader: rc.KeepHeader, MaxScan: defaultMaxScan}
+	if h := strings.TrimSpace(rc.Header); h != "" {
+		if !ValidHeaderName(h) {
+			return nil, fmt.Errorf("%s.header: %q is not a header name", field, rc.Header)
+		}
+		shape.Header = http.CanonicalHeaderKey(h)
+		if reservedHeader(shape.Header) {
+			return nil, fmt.Errorf("%s.header: %q has a meaning in HTTP: name the backend's own usage header, e.g. X-Usage-Tokens", field, rc.Header)
+		}
+	}
+	if len(rc.JSONFields) > usage.MaxPaths {
+		return nil, fmt.Errorf("%s.jsonFields: %d paths, at most %d are allowed", field, len(rc.JSONFields), usage.MaxPaths)
+	}
+	for i, f := range rc.JSONFields {
+		keys, bad := usage.ParsePath(strings.TrimSpace(f))
+		if bad != "" {
+			return nil, fmt.Errorf("%s.jsonFields[%d]: %q %s", field, i, printableWord(f), bad)
+		}
+		shape.Paths = append(shape.Paths, keys)
+	}
+	if shape.Header == "" && shape.Paths == nil {
+		return nil, fmt.Errorf("%s: set header or jsonFields (where the response says what it cost)", field)
+	}
+	if rc.MaxScan < 0 || rc.MaxScan > maxMaxScan {
+		return nil, fmt.Errorf("%s.maxScan: %d must be from 1 to %d bytes (0: %d)", field, rc.MaxScan, maxMaxScan, defaultMaxScan)
+	}
+	if rc.MaxScan > 0 {
+		shape.MaxScan = int(rc.MaxScan)
 	}
 	if rc.Max <= 0 || rc.Max > maxResponseCost {
 		return nil, fmt.Errorf("%s.max: %d must be from 1 to %d", field, rc.Max, int64(maxResponseCost))
 	}
-	return &CostShape{Header: http.CanonicalHeaderKey(h), Max: rc.Max}, nil
+	shape.Max = rc.Max
+	return shape, nil
 }
 
 // compileResponseCosts compiles the response costs of the top level, the

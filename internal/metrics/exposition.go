@@ -38,10 +38,12 @@ func WritePolicies(w *bufio.Writer, pols []*Policy, classes []ClassRow) {
 			series(w, "tollgate_response_cost_tokens_total", atomic.LoadInt64(&p.CostCharged), "class", p.Class, "policy", p.Name)
 		}
 	}
-	head(w, "tollgate_response_cost_errors_total", "counter", "Response costs not charged: invalid (a header not an integer from 0 to max, or several), failed (Redis did not take the charge), dropped (the charge queue was full).")
+	head(w, "tollgate_response_cost_errors_total", "counter", "Response costs not charged: invalid (a header or body value not an integer from 0 to max, or several), missing (a body that named no cost), encoded (a compressed body, not read), failed (Redis did not take the charge), dropped (the charge queue was full).")
 	for _, p := range pols {
 		if atomic.LoadInt64(&p.Costed) != 0 {
 			series(w, "tollgate_response_cost_errors_total", atomic.LoadInt64(&p.CostInvalid), "class", p.Class, "policy", p.Name, "reason", "invalid")
+			series(w, "tollgate_response_cost_errors_total", atomic.LoadInt64(&p.CostMissing), "class", p.Class, "policy", p.Name, "reason", "missing")
+			series(w, "tollgate_response_cost_errors_total", atomic.LoadInt64(&p.CostEncoded), "class", p.Class, "policy", p.Name, "reason", "encoded")
 			series(w, "tollgate_response_cost_errors_total", atomic.LoadInt64(&p.CostFailed), "class", p.Class, "policy", p.Name, "reason", "failed")
 			series(w, "tollgate_response_cost_errors_total", atomic.LoadInt64(&p.CostDropped), "class", p.Class, "policy", p.Name, "reason", "dropped")
 		}

@@ -88,6 +88,9 @@ type Policy struct {
 	// refused, charges failed and dropped (a full queue).
 	Costed                                            int64 // 1: reads a response cost (atomic)
 	CostCharged, CostInvalid, CostFailed, CostDropped int64
+	// Responses whose body named no cost (CostMissing) or was compressed
+	// (CostEncoded): charged the request's cost only.
+	CostMissing, CostEncoded int64
 	// Concurrency caps, when Capped: requests holding a slot on this pod
 	// now; give-backs that failed or were dropped (their slots held
 	// until maxDuration).
