@@ -263,7 +263,7 @@ func (t *Tollgate) serveNext(rw http.ResponseWriter, req *http.Request, set, hel
 }
 
 // release gives back the slots of a request admitted over set (keys:
-// heldKeys, decision d, decided how): to the local store, or queued for
+// capKeysOf, decision d, decided how): to the local store, or queued for
 // Redis.
 func release(t *Tollgate, set *policySet, keys []string, call string, d []int64, how int) {
 	for _, p := range set.ps {

@@ -139,7 +139,7 @@ func (b *backend) checkOther(cmd *redis.Command, key string, d []int64, o *confi
 // breaker probes by itself.
 func (b *backend) skip() {
 	atomic.AddInt64(&b.skipped, 1)
-	if b.base.Mode != redis.Standalone {
+	if b.base.Mode != modeStandalone {
 		b.rc.Touch()   // a skipped check keeps the sentinel watcher running
 		b.rc.Refresh() // a promoted replica lets the next probe through (internal/redis)
 	}
@@ -167,7 +167,7 @@ func (b *backend) failedCheck(start int64, err error, o *config.RedisSettings) {
 // dials fail (redis.ErrDialFailed) counts like any other; the failed dial was
 // counted and logged, with its cause, by dialFailed.
 func (b *backend) failed(ns int64, err error, o *config.RedisSettings) {
-	if b.base.Mode != redis.Standalone && err != redis.ErrQueueFull {
+	if b.base.Mode != modeStandalone && err != redis.ErrQueueFull {
 		b.rc.Refresh() // a node down, a failover, a slot moved
 	}
 	if err != errBreakerOpen {
@@ -192,9 +192,9 @@ func (b *backend) dialFailed(err error) {
 	set := b.latest()
 	ns := b.now()
 	atomic.AddInt64(&b.failures, 1)
-	atomic.AddInt64(&b.metrics.Errors[redis.KindDial], 1)
+	atomic.AddInt64(&b.metrics.Errors[kindDial], 1)
 	b.logFailure(ns, err, &set)
-	if b.base.Mode != redis.Standalone {
+	if b.base.Mode != modeStandalone {
 		// A node that failed over: the checks waiting for this dial learn
 		// the topology and go to its heir (topologyCheck); they count
 		// against the breaker only if they fail there too.

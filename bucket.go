@@ -42,7 +42,7 @@ func commandParts(ps []*config.Policy, keyLen int) cmdParts {
 			n = clientKeyLen
 		}
 		switch p.Kind {
-		case kindCap: // key#member (heldCall)
+		case kindCap: // key#member (capCall)
 			if p.Cap.Class != "" {
 				n = len(p.Cap.Class)
 			}

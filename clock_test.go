@@ -96,7 +96,7 @@ func TestDecidedMatchesMetrics(t *testing.T) {
 
 // requestFiles are the files of the request's path: their functions run
 // per request.
-var requestFiles = []string{"serve.go", "decide.go", "answer.go", "denycache.go", "headers.go", "fallback.go", "lease.go", "caps.go", "costs.go", "quota.go", "source.go", "bucket.go"}
+var requestFiles = []string{"serve.go", "decide.go", "answer.go", "denycache.go", "headers.go", "fallback.go", "lease.go", "caps.go", "costs.go", "quota.go", "source.go", "bucket.go", "plugin.go", "policyset.go", "backend.go", "localbuckets.go"}
 
 // TestRequestPathReadsItsOwn reads the request path's source: it reads no
 // other package's constant (the root keeps its own copies in hotpath.go,

@@ -443,7 +443,7 @@ func chargeCommand(batch []*charge, only int) *redis.Command {
 }
 
 // returnSlots queues the give-back of set's slots named by the take's
-// call (heldCall) on the backend's charge queue, sent off the request's
+// call (capCall) on the backend's charge queue, sent off the request's
 // path.
 func returnSlots(t *Tollgate, set *policySet, call string) {
 	var dur int64 // the longest maxDuration of set's caps, µs: past it no slot of the call is held

@@ -191,7 +191,7 @@ func askLease(t *Tollgate, set *policySet, key string, now int64, d []int64) int
 			granted = ld[n] // more than asked is no reply of ours: none taken
 		}
 	}
-	ls.table.granted(k, ls, key, granted, sent+ls.shape.Ttl, strconv.FormatInt(ld[n+1], 10), d)
+	ls.table.granted(k, ls, key, granted, sent+ls.shape.TTL, strconv.FormatInt(ld[n+1], 10), d)
 	if err != nil {
 		return fallback(t, set, key, d)
 	}
@@ -202,7 +202,7 @@ func askLease(t *Tollgate, set *policySet, key string, now int64, d []int64) int
 		// Hot while it comes back within 4 x ttl: a lease of max spent at
 		// the pace hotGap asks for takes that long (callLeased's gap is
 		// counted from this shifted time).
-		atomic.StoreInt64(&ls.seen.at[int(key[3]&63)<<6|int(key[4]&63)], now+4*ls.shape.Ttl-ls.gap)
+		atomic.StoreInt64(&ls.seen.at[int(key[3]&63)<<6|int(key[4]&63)], now+4*ls.shape.TTL-ls.gap)
 	}
 	return leaseRefused(set, key, d)
 }
@@ -346,7 +346,7 @@ func capKeysOf(t *Tollgate, set *policySet, req *http.Request, key string) []str
 }
 
 // callCapped is the Redis call over set, a set with a cap, of the take's
-// call hc (heldCall; key: the client key, call: the deny cache's key,
+// call hc (capCall; key: the client key, call: the deny cache's key,
 // cmd: the set's call now). A call that may have reached Redis and
 // failed has its slots given back.
 func callCapped(t *Tollgate, set *policySet, req *http.Request, key, call, hc string, cmd *redis.Command, d []int64) int {

@@ -47,6 +47,9 @@ const (
 	headersLegacy  = config.HeadersLegacy
 	headersDraft07 = config.HeadersDraft07
 	modeCluster    = redis.Cluster
+	modeStandalone = redis.Standalone
+	kindDial       = redis.KindDial
+	maxRules       = config.MaxRules
 	costInvalid    = usage.Invalid
 	costMissing    = usage.Missing
 	costEncoded    = usage.Encoded

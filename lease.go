@@ -66,7 +66,7 @@ const (
 // a lease of shape is worth asking for: at that rate the pod spends a
 // quarter of it within its ttl.
 func hotGap(shape config.LeaseShape) int64 {
-	return 4 * shape.Ttl / shape.Max
+	return 4 * shape.TTL / shape.Max
 }
 
 // leasing is what a leased policy set needs: its lease shape, its name in
@@ -150,7 +150,7 @@ func (ls *leasing) asking(pods int64) *redis.Command {
 		if len(ls.asks) >= 16 {
 			ls.asks = map[int64]*redis.Command{} // pods counts seldom vary: a bound, not a cache policy
 		}
-		cmd = leaseCommand(ls.parts, ls.field, ls.shape.Max, ls.shape.Ttl/1000, pods, true)
+		cmd = leaseCommand(ls.parts, ls.field, ls.shape.Max, ls.shape.TTL/1000, pods, true)
 		ls.asks[pods] = cmd
 	}
 	return cmd

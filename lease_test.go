@@ -313,7 +313,7 @@ func TestLeaseConfigFromStrings(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || got.Ttl != int64(tc.ttl) || got.Max != tc.lease.Max {
+		if err != nil || got.TTL != int64(tc.ttl) || got.Max != tc.lease.Max {
 			t.Errorf("%+v: %+v, %v; want ttl %v", tc.lease, got, err, tc.ttl)
 		}
 	}

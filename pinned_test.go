@@ -52,11 +52,13 @@ func TestFastPathsArePinned(t *testing.T) {
 		{"serveCapped: admitted, refused when full, the deny cache", func(c *config.Config) {
 			c.Concurrency = &config.Concurrency{Max: 2}
 		}, func(h *Tollgate) bool { return !h.plain && h.capped },
-			[]pinStep{{key: "a", reply: "+1 4 0 1000 1 0 123456789012345678\r\n"}, {key: "b", reply: "+0 4 0 1000 0 1000 0\r\n"}, {key: "b", reply: "+1 4 0 1000 1 0 123456789012345678\r\n"}}},
+			[]pinStep{{key: "a", reply: "+1 4 0 1000 1 0 123456789012345678\r\n"}, {key: "b", reply: "+0 4 0 1000 0 1000 0\r\n"}, {key: "b", reply: "+1 4 0 1000 1 0 123456789012345678\r\n"},
+				// refused by the rate beside the cap: remembered, then answered from the deny cache
+				{key: "c", reply: "+0 0 1700 5000 2 0 0\r\n"}, {key: "c", reply: "+1 4 0 1000 1 0 123456789012345678\r\n"}}},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			run := func(fast bool) (answers []string, calls []string, moved []metrics.Policy) {
-				f := redistest.StartFake(t, "+1 4 0 1000\r\n")
+				f := redistest.StartFake(t, tc.steps[0].reply) // the warm-up's reply of the fixture's shape
 				f.Mu.Lock()
 				f.ScriptReplies = map[string]string{giveScr.SHA: "+1\r\n"} // a cap's give-back
 				f.Mu.Unlock()

@@ -136,7 +136,7 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 			if p := t.conf.Plans[pi]; p != nil {
 				ps = t.conf.WithQuotas(p, t.conf.PlanQuotas, pi)
 			}
-			mask |= uint64(pi+1) << config.MaxRules
+			mask |= uint64(pi+1) << maxRules
 		}
 	}
 	if mask == 0 {
@@ -160,7 +160,7 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 		return nil
 	}
 	s := t.prepared(withHeaders(newPolicySet(ps, t.conf.KeyLen), t.conf.Headers))
-	if s.ownKeys && t.conf.Redis.Mode == redis.Cluster {
+	if s.ownKeys && t.conf.Redis.Mode == modeCluster {
 		withGroups(s, t.conf.KeyLen)
 	}
 	t.withLeases(s)

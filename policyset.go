@@ -14,7 +14,6 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/bucket"
 	"github.com/tollgate-dev/tollgate/internal/config"
-	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
 
@@ -32,7 +31,7 @@ type policySet struct {
 	failClosed   bool       // some policy fails closed
 	denied       *denyCache // Redis's refusals still in force, by client key
 
-	// Rules keyed their own way (policy.source): ownKeys when some policy
+	// Rules keyed their own way (Policy.Source): ownKeys when some policy
 	// is; a call's keys are then written as one string, each policy's key
 	// joined to the next by joints[i] (its suffix and the next's length),
 	// and cmd has no mid (ownCall).
@@ -48,7 +47,7 @@ type policySet struct {
 	lease *leasing
 
 	// capped when some policy is a concurrency cap (caps.go): cmd
-	// is called whole, its keys joined by joints (heldCall); give is
+	// is called whole, its keys joined by joints (capCall); give is
 	// the give-back's call, of the same keys and args.
 	capped bool
 	give   *redis.Command
@@ -121,8 +120,8 @@ func newPolicySet(ps []*config.Policy, keyLen int) *policySet {
 		quotaRoll(s)
 	}
 	m := ps[0].Metrics
-	s.admitted = [3]*int64{&m.N[metrics.ByRedis*metrics.NResults+metrics.Allowed], &m.N[metrics.ByLocal*metrics.NResults+metrics.Allowed],
-		&m.N[metrics.ByLease*metrics.NResults+metrics.Allowed]}
+	s.admitted = [3]*int64{&m.N[decidedRedis*nResults+resAllowed], &m.N[decidedLocal*nResults+resAllowed],
+		&m.N[decidedLease*nResults+resAllowed]}
 	s.nearBelow = (int64(ps[0].Lim.Burst) + 4) / 5
 	if s.shadow {
 		for _, p := range ps {
@@ -152,12 +151,12 @@ func withHeaders(s *policySet, headers int) *policySet {
 		withHeaders(s.enforce, headers)
 	}
 	// A rate and its quotas: plain too (serveQuotas).
-	s.plain = !s.costed && !s.capped && (headers == 0 || headers == config.HeadersIETF) && (len(s.ps) == 1 && !s.quotas || quotasAfter(s.ps))
-	if s.plain && headers == config.HeadersIETF && !s.quotas {
+	s.plain = !s.costed && !s.capped && (headers == 0 || headers == headersIETF) && (len(s.ps) == 1 && !s.quotas || quotasAfter(s.ps))
+	if s.plain && headers == headersIETF && !s.quotas {
 		s.policyValue = []string{s.policyHeader}
 		s.rPrefix = s.quoted[0] + ";r="
 	}
-	if s.capped && headers == config.HeadersIETF {
+	if s.capped && headers == headersIETF {
 		s.policyValue = []string{s.policyHeader} // serveCapped's
 	}
 	return s

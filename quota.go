@@ -32,7 +32,7 @@ func quotaNow() time.Time {
 	return time.Now().Add(time.Duration(quotaShiftUS) * time.Microsecond)
 }
 
-// window returns the bounds of the windows around now (windowBounds),
+// quotaWindow returns the bounds of q's windows around now (bucket.WindowBounds),
 // computed again only when now has left the current one.
 func quotaWindow(q *config.QuotaShape, now time.Time) []int64 {
 	us := quotaUS(now)

@@ -231,7 +231,7 @@ func serveCapped(t *Tollgate, rw http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	keys := make([]string, len(top.ps)) // heldKeys, inlined
+	keys := make([]string, len(top.ps)) // capKeysOf, inlined
 	for i, p := range top.ps {
 		keys[i] = key
 		if p.Cap != nil && p.Cap.Class != "" {

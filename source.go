@@ -43,8 +43,8 @@ func clientIP(s *config.Source, req *http.Request) string {
 	if ip == nil {
 		return addr // not an IP (a Unix socket): as it is
 	}
-	if ip.To4() == nil && s.Ipv6Subnet < 128 {
-		ip = ip.Mask(net.CIDRMask(s.Ipv6Subnet, 128))
+	if ip.To4() == nil && s.IPv6Subnet < 128 {
+		ip = ip.Mask(net.CIDRMask(s.IPv6Subnet, 128))
 	}
 	return ip.String()
 }

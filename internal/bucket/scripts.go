@@ -197,7 +197,7 @@ return redis.status_reply(ok .. ' ' .. table.concat(out, ' '))
 `
 
 // SlotReturnScript gives back the slots of a take's call: its keys and args
-// are the take's (heldCall, BucketScript), and each cap's key names its
+// are the take's (the root's capCall, BucketScript), and each cap's key names its
 // member (tg{..}#member...): the member is removed from the cap's set,
 // or, when its take has not run yet, left as a tombstone the take
 // honours, kept maxDuration and a second (a tombstone key of another

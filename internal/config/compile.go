@@ -39,7 +39,7 @@ type Settings struct {
 	PlanHeader  string
 	DefaultPlan int
 	Exempt      []*net.IPNet // ExemptSourceRange
-	OwnKeys     bool         // some rule keys its clients its own way (policy.source)
+	OwnKeys     bool         // some rule keys its clients its own way (Policy.Source)
 	Source      Source
 	Headers     int
 	Decision    string // DecisionHeader, canonical; "" when off
@@ -262,7 +262,7 @@ func Compile(cfg *Config, name string) (*Settings, error) {
 	return s, nil
 }
 
-// compilePlans compiles cfg's plans into s (see settings.plans); names
+// compilePlans compiles cfg's plans into s (see Settings.Plans); names
 // holds the rules' names, which a plan may not take.
 func compilePlans(cfg *Config, s *Settings, period string, topClosed bool, names map[string]bool) error {
 	s.DefaultPlan = -1

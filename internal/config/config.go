@@ -194,8 +194,10 @@ type IPStrategy struct {
 	// ExcludedIPs (IPs or CIDRs) are skipped, from the right of
 	// X-Forwarded-For; the first address not excluded is the client.
 	ExcludedIPs []string `json:"excludedIPs,omitempty" yaml:"excludedIPs,omitempty" toml:"excludedIPs,omitempty"`
-	// IPv6Subnet groups IPv6 clients by this prefix length (1-128).
-	// 0 (default) keys each IPv6 address on its own.
+	// IPv6Subnet groups IPv6 clients by this prefix length (1-128; 128
+	// keys each address on its own). 0 (default): 64, a subscriber's
+	// usual allocation (a client rotating its addresses within its /64
+	// would otherwise multiply its limit).
 	IPv6Subnet int64 `json:"ipv6Subnet,omitempty" yaml:"ipv6Subnet,omitempty" toml:"ipv6Subnet,omitempty"`
 	// Unknown holds the options Traefik found no field for (words.go):
 	// New refuses the config when it holds any.

@@ -19,7 +19,7 @@ const (
 // LeaseShape is a policy's Config.Lease, compiled.
 type LeaseShape struct {
 	Max int64 // requests per lease; 0: none
-	Ttl int64 // ns
+	TTL int64 // ns
 }
 
 // CompileLease validates a Config.Lease (field names it in errors).
@@ -44,5 +44,5 @@ func CompileLease(field string, l Lease) (LeaseShape, error) {
 		}
 		ttl = d
 	}
-	return LeaseShape{Max: l.Max, Ttl: int64(ttl)}, nil
+	return LeaseShape{Max: l.Max, TTL: int64(ttl)}, nil
 }

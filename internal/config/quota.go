@@ -18,5 +18,5 @@ type QuotaShape struct {
 	Kind   int
 	Loc    *time.Location
 	Mu     sync.Mutex
-	Bounds []int64 // windowBounds at the last look; nil before the first
+	Bounds []int64 // bucket.WindowBounds at the last look (the root's quotaWindow, under Mu); nil before the first
 }

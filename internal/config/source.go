@@ -14,7 +14,7 @@ type Source struct {
 	Host       bool
 	Depth      int
 	Excluded   []*net.IPNet
-	Ipv6Subnet int
+	IPv6Subnet int
 }
 
 // defaultIPv6Subnet groups IPv6 clients by /64 unless ipv6Subnet says
@@ -24,7 +24,7 @@ type Source struct {
 const defaultIPv6Subnet = 64
 
 func CompileSource(c *SourceCriterion) (Source, error) {
-	s := Source{Ipv6Subnet: defaultIPv6Subnet}
+	s := Source{IPv6Subnet: defaultIPv6Subnet}
 	if c == nil {
 		return s, nil
 	}
@@ -50,7 +50,7 @@ func CompileSource(c *SourceCriterion) (Source, error) {
 			return s, fmt.Errorf("sourceCriterion.ipStrategy.ipv6Subnet: %d is not between 0 and 128", ip.IPv6Subnet)
 		}
 		if ip.IPv6Subnet != 0 {
-			s.Ipv6Subnet = int(ip.IPv6Subnet)
+			s.IPv6Subnet = int(ip.IPv6Subnet)
 		}
 	}
 	return s, nil

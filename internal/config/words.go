@@ -87,8 +87,8 @@ func (w *words) concurrency(field string, c *Concurrency) {
 }
 
 // check records an error for the first (in sorted order) of unknown's
-// words, with the nearest of schema's option names; prefix is where they
-// were written ("rules[0].").
+// words, with the nearest of schema's option names when one is near;
+// prefix is where they were written ("rules[0].").
 func (w *words) check(prefix string, unknown map[string]interface{}, schema interface{}) {
 	if w.err != nil || len(unknown) == 0 {
 		return
@@ -99,7 +99,54 @@ func (w *words) check(prefix string, unknown map[string]interface{}, schema inte
 	}
 	sort.Strings(got)
 	word := got[0]
-	w.err = fmt.Errorf("%s%s: unknown option (did you mean %q?)", prefix, printableWord(word), nearestWord(word, optionNames(schema)))
+	w.err = fmt.Errorf("%s%s: %s", prefix, printableWord(word), whyUnknown(word, schema))
+}
+
+// whyUnknown says what is wrong with word, a key of a struct of schema's
+// type that names no option of it.
+func whyUnknown(word string, schema interface{}) string {
+	names := optionNames(schema)
+	near, d := nearestWord(word, names)
+	if strings.EqualFold(word, near) {
+		// mapstructure took another spelling of it (its field's name, in
+		// another case), and left this one over.
+		return fmt.Sprintf("%q is written twice, in two cases: write it once", near)
+	}
+	for _, o := range otherLevels {
+		if reflect.TypeOf(o.schema) == reflect.TypeOf(schema) {
+			continue
+		}
+		for _, n := range optionNames(o.schema) {
+			if strings.EqualFold(word, n) {
+				return fmt.Sprintf("unknown option here (%q is an option of %s)", n, o.where)
+			}
+		}
+	}
+	if d > 2*nearBound(word) {
+		return "unknown option"
+	}
+	return fmt.Sprintf("unknown option (did you mean %q?)", near)
+}
+
+// nearBound is the most edits a misspelling of a word of word's length
+// takes for its suggestion to be worth giving.
+func nearBound(word string) int {
+	if n := len(word) / 3; n > 2 {
+		return n
+	}
+	return 2
+}
+
+// otherLevels are the structs an option may belong to, and where each is
+// written, for a word written at the wrong level.
+var otherLevels = []struct {
+	where  string
+	schema interface{}
+}{
+	{"the top level", Config{}}, {"sourceCriterion", SourceCriterion{}}, {"sourceCriterion.ipStrategy", IPStrategy{}},
+	{"rules[]", Rule{}}, {"plans[]", Plan{}}, {"lease", Lease{}}, {"quotas[]", Quota{}}, {"responseCost", ResponseCost{}},
+	{"concurrency", Concurrency{}}, {"redis", RedisConfig{}}, {"redis.tls", TLSConfig{}}, {"region", RegionConfig{}},
+	{"region.peers[]", PeerConfig{}},
 }
 
 // optionNames returns the option names of a config struct: its fields'
@@ -117,11 +164,11 @@ func optionNames(schema interface{}) []string {
 }
 
 // nearestWord returns the name at the smallest edit distance from word,
-// case aside (the first of equals, in names' order); a name that word
-// begins (or that begins word) counts as one and a half edits away
-// ("insecure": "insecureSkipVerify"; "maxDurtion": "maxDuration", not
-// "max").
-func nearestWord(word string, names []string) string {
+// case aside (the first of equals, in names' order), and that distance
+// doubled; a name that word begins (or that begins word) counts as one
+// and a half edits away ("insecure": "insecureSkipVerify"; "maxDurtion":
+// "maxDuration", not "max").
+func nearestWord(word string, names []string) (string, int) {
 	best, bestD := "", -1
 	lw := strings.ToLower(word)
 	for _, n := range names {
@@ -134,7 +181,7 @@ func nearestWord(word string, names []string) string {
 			best, bestD = n, d
 		}
 	}
-	return best
+	return best, bestD
 }
 
 // editDistance is Levenshtein's distance between a and b, in bytes;
@@ -171,14 +218,19 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// printableWord quotes a word for an error: at most 64 bytes, control
-// characters escaped (it comes from whoever writes the dynamic config).
+// printableWord quotes a word for an error: at most 64 bytes (80
+// quoted), anything but printable ASCII escaped (it comes from whoever writes the dynamic
+// config: a control character or a look-alike letter must show).
 func printableWord(s string) string {
 	if len(s) > 64 {
 		s = s[:64] + "..."
 	}
-	if printable(s) && !strings.ContainsAny(s, " \"") {
+	if s != "" && printable(s) && !strings.ContainsAny(s, "\"") {
 		return s
 	}
-	return fmt.Sprintf("%q", s)
+	if q := fmt.Sprintf("%+q", s); len(q) <= 80 {
+		return q
+	} else {
+		return q[:80] + "..."
+	}
 }

@@ -104,3 +104,40 @@ func TestEditDistance(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownWordMessages: what a message says of words that are not
+// misspellings (and of hostile ones).
+func TestUnknownWordMessages(t *testing.T) {
+	for _, tc := range []struct {
+		desc    string
+		set     func(c *Config)
+		want    string
+		notWant string
+	}{
+		{desc: "a known option written twice in two cases", set: func(c *Config) { c.Unknown = map[string]interface{}{"average": 5} },
+			want: `average: "average" is written twice, in two cases: write it once`},
+		{desc: "an empty key", set: func(c *Config) { c.Unknown = map[string]interface{}{"": 1} }, want: `"": unknown option`},
+		{desc: "a look-alike letter is escaped", set: func(c *Config) { c.Unknown = map[string]interface{}{"\u0430verage": 1} },
+			want: `"\u0430verage": unknown option`},
+		{desc: "nothing near: no suggestion", set: func(c *Config) { c.Unknown = map[string]interface{}{"unknown": 1} },
+			want: `unknown: unknown option`, notWant: "did you mean"},
+		{desc: "an option of another level", set: func(c *Config) {
+			c.Rules = []Rule{{Name: "r", Average: 1, Unknown: map[string]interface{}{"lease": 1}}}
+		},
+			want: `rules[0].lease: unknown option here ("lease" is an option of the top level)`},
+		{desc: "a source option at the top", set: func(c *Config) { c.Unknown = map[string]interface{}{"requestHeaderName": "X"} },
+			want: `requestHeaderName: unknown option here ("requestHeaderName" is an option of sourceCriterion)`},
+		{desc: "a long hostile word is cut", set: func(c *Config) { c.Unknown = map[string]interface{}{"x" + strings.Repeat("\u00e9", 40): 1} },
+			want: `"x\u00e9\u00e9`, notWant: "\u00e9"},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			cfg := Default()
+			cfg.Average = 10
+			tc.set(cfg)
+			_, err := Compile(cfg, "api@file")
+			if err == nil || !strings.Contains(err.Error(), tc.want) || tc.notWant != "" && strings.Contains(err.Error(), tc.notWant) || len(err.Error()) > 200 {
+				t.Fatalf("error %q, want one containing %q (and not %q), at most 200 bytes", err, tc.want, tc.notWant)
+			}
+		})
+	}
+}

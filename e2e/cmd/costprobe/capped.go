@@ -4,14 +4,18 @@ package main
 // stagesSource's setup.
 const cappedSource = `package tollgate
 
-import "context"
+import (
+	"context"
+
+	"github.com/tollgate-dev/tollgate/internal/config"
+)
 
 // probeC has a cap of 10^6 per client beside the rate (never full).
 var probeC *Tollgate
 
 func probeCappedSetup() error {
 	cfg := probeConfig(probeAddr)
-	cfg.Concurrency = &Concurrency{Max: 1000000, Key: "client"}
+	cfg.Concurrency = &config.Concurrency{Max: 1000000, Key: "client"}
 	cfg.Redis.DB = 5
 	h, err := New(context.Background(), probeNext, cfg, "probe-capped")
 	if err != nil {

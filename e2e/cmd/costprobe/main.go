@@ -74,33 +74,8 @@ func main() {
 	}
 	defer lab.Close()
 	gp := filepath.Join(lab.Dir, "probe-gopath")
-	dst := filepath.Join(gp, "src", filepath.FromSlash(e2e.ModuleName))
-	if err := e2e.CopyPlugin(e2e.PluginRoot(), dst); err != nil {
-		log.Fatal(err)
-	}
-	layout := flatSource
-	if _, err := os.Stat(filepath.Join(dst, "internal", "redis")); err == nil {
-		layout = packagesSource
-	}
-	if _, err := os.Stat(filepath.Join(dst, "internal", "config")); err == nil {
-		layout = configSource
-	}
-	files := map[string]string{"probe_core.go": coreSource, "probe_layout.go": layout}
-	if !*core {
-		files["probe_stages.go"] = stagesSource
-		files["probe_capped.go"] = cappedSource
-		files[filepath.Join("internal", "redis", "probe_stages.go")] = stagesClientSource
-	}
-	for name, src := range files {
-		if err := os.WriteFile(filepath.Join(dst, name), []byte(src), 0o644); err != nil {
-			log.Fatal(err)
-		}
-	}
-	i := interp.New(interp.Options{GoPath: gp})
-	if err := i.Use(stdlib.Symbols); err != nil {
-		log.Fatal(err)
-	}
-	if _, err := i.Eval(fmt.Sprintf("import %q", e2e.ModuleName)); err != nil {
+	i, err := installProbes(e2e.PluginRoot(), gp, *core)
+	if err != nil {
 		log.Fatal(err)
 	}
 	setup, err := i.Eval("tollgate.ProbeSetup")
@@ -245,4 +220,41 @@ func matchesAny(name, list string) bool {
 		}
 	}
 	return false
+}
+
+// installProbes copies the plugin at src into the GOPATH gp with the
+// probes added (the layout's adapter: flat, packages, or configuration
+// and protocol as packages; the stages unless core), and imports it into
+// a new interpreter.
+func installProbes(src, gp string, core bool) (*interp.Interpreter, error) {
+	dst := filepath.Join(gp, "src", filepath.FromSlash(e2e.ModuleName))
+	if err := e2e.CopyPlugin(src, dst); err != nil {
+		return nil, err
+	}
+	layout := flatSource
+	if _, err := os.Stat(filepath.Join(dst, "internal", "redis")); err == nil {
+		layout = packagesSource
+	}
+	if _, err := os.Stat(filepath.Join(dst, "internal", "config")); err == nil {
+		layout = configSource
+	}
+	files := map[string]string{"probe_core.go": coreSource, "probe_layout.go": layout}
+	if !core {
+		files["probe_stages.go"] = stagesSource
+		files["probe_capped.go"] = cappedSource
+		files[filepath.Join("internal", "redis", "probe_stages.go")] = stagesClientSource
+	}
+	for name, src := range files {
+		if err := os.WriteFile(filepath.Join(dst, name), []byte(src), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	i := interp.New(interp.Options{GoPath: gp})
+	if err := i.Use(stdlib.Symbols); err != nil {
+		return nil, err
+	}
+	if _, err := i.Eval(fmt.Sprintf("import %q", e2e.ModuleName)); err != nil {
+		return nil, fmt.Errorf("importing the plugin with its probes: %w", err)
+	}
+	return i, nil
 }

@@ -69,7 +69,7 @@ func ProbeSetup(addr string, rw http.ResponseWriter, next http.Handler) error {
 	probeRefused.ServeHTTP(probeRW, probeReq) // the one token
 	probeRefused.ServeHTTP(probeRW, probeReq) // refused by Redis: in the deny cache for an hour
 	cfg = probeConfig(addr)
-	cfg.Region = &RegionConfig{Name: "probe", Peers: []PeerConfig{{Name: "elsewhere", Endpoints: []string{"127.0.0.1:1"}}}}
+	probeWithRegion(cfg)
 	hr, err := New(context.Background(), next, cfg, "probe-region")
 	if err != nil {
 		return err
@@ -213,6 +213,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/bucket"
 	"github.com/tollgate-dev/tollgate/internal/clock"
+	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
 )
@@ -232,7 +233,7 @@ func ProbeStagesSetup() error {
 	}
 	probeP = h.(*Tollgate)
 	cfg = probeConfig(probeAddr)
-	cfg.Lease = Lease{Max: 10000, TTL: "10s"} // hot: calls within 4 ms
+	cfg.Lease = config.Lease{Max: 10000, TTL: "10s"} // hot: calls within 4 ms
 	cfg.Redis.DB = 2
 	if h, err = New(context.Background(), probeNext, cfg, "probe-leased"); err != nil {
 		return err
@@ -241,14 +242,14 @@ func ProbeStagesSetup() error {
 	probeL.ServeHTTP(probeRW, probeReq)
 	probeL.ServeHTTP(probeRW, probeReq) // the grant: 10,000 requests, and one more every 10,000
 	cfg = probeConfig(probeAddr)
-	cfg.Lease = Lease{Max: 1000000, TTL: "10ms"} // never hot: a gap of 40 ns
+	cfg.Lease = config.Lease{Max: 1000000, TTL: "10ms"} // never hot: a gap of 40 ns
 	cfg.Redis.DB = 3
 	if h, err = New(context.Background(), probeNext, cfg, "probe-lukewarm"); err != nil {
 		return err
 	}
 	probeLW = h.(*Tollgate)
 	cfg = probeConfig(probeAddr)
-	cfg.Quotas = []Quota{{Name: "month", Limit: 1000000000000, Window: "month"}}
+	cfg.Quotas = []config.Quota{{Name: "month", Limit: 1000000000000, Window: "month"}}
 	cfg.Redis.DB = 4
 	if h, err = New(context.Background(), probeNext, cfg, "probe-quota"); err != nil {
 		return err
@@ -414,7 +415,7 @@ func ProbeTakeAll(n int) {
 	tats := make([]float64, 1)
 	for i := 0; i < n; i++ {
 		tats[0] = 0
-		takeAll(lims, tats, 1e9, probeD)
+		bucket.TakeAll(lims, tats, 1e9, probeD)
 	}
 }
 `
@@ -475,6 +476,9 @@ func probeConfig(addr string) *Config {
 	cfg.Redis.Endpoints = []string{addr}
 	return cfg
 }
+func probeWithRegion(cfg *Config) {
+	cfg.Region = &RegionConfig{Name: "probe", Peers: []PeerConfig{{Name: "elsewhere", Endpoints: []string{"127.0.0.1:1"}}}}
+}
 `
 
 // packagesSource adapts coreSource to a checkout with internal packages.
@@ -507,6 +511,9 @@ func probeConfig(addr string) *Config {
 	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
 	cfg.Redis.Endpoints = []string{addr}
 	return cfg
+}
+func probeWithRegion(cfg *Config) {
+	cfg.Region = &RegionConfig{Name: "probe", Peers: []PeerConfig{{Name: "elsewhere", Endpoints: []string{"127.0.0.1:1"}}}}
 }
 `
 
@@ -543,5 +550,8 @@ func probeConfig(addr string) *config.Config {
 	cfg.SourceCriterion = &config.SourceCriterion{RequestHeaderName: "X-API-Key"}
 	cfg.Redis.Endpoints = []string{addr}
 	return cfg
+}
+func probeWithRegion(cfg *config.Config) {
+	cfg.Region = &config.RegionConfig{Name: "probe", Peers: []config.PeerConfig{{Name: "elsewhere", Endpoints: []string{"127.0.0.1:1"}}}}
 }
 `
