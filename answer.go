@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/bucket"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/usage"
 )
 
 // answer is ServeHTTP after decision d over set, decided how, for every
@@ -195,14 +196,14 @@ func chargeKeys(t *Tollgate, req *http.Request, set *policySet) []string {
 // of set whose owner reads a response cost, under keys (chargeKeys):
 // queued on the backend's charge queue (costs.go), its Redis call off
 // the response's path.
-func (t *Tollgate) chargeResponse(w *costWriter, set *policySet, keys []string) {
-	ns, rs := costResults(w)
+func (t *Tollgate) chargeResponse(w *usage.Writer, shapes []*usage.Shape, set *policySet, keys []string) {
+	ns, rs := w.Costs()
 	var c *charge
 	for i, p := range set.ps {
 		if p.RespCost == nil || p.Cap != nil {
 			continue
 		}
-		j := costShapeIndex(w.shapes, p.RespCost)
+		j := usage.IndexOf(shapes, p.RespCost)
 		switch rs[j] {
 		case costInvalid:
 			atomic.AddInt64(&p.Metrics.CostInvalid, 1)
@@ -257,9 +258,17 @@ func (t *Tollgate) serveNext(rw http.ResponseWriter, req *http.Request, set, hel
 		t.next.ServeHTTP(rw, req)
 		return
 	}
-	w := newCostWriter(rw, set)
+	if set.readsBody {
+		// A body the backend compresses is not read (encoded): whoever
+		// asks for gzip would not pay. The backend answers in clear; a
+		// compress middleware before Tollgate compresses for the client.
+		req.Header.Del("Accept-Encoding")
+	}
+	w := usage.NewWriter(rw, set.costShapes, req.Method)
+	// Deferred: a client gone mid-stream makes the proxy panic
+	// (http.ErrAbortHandler), and it is charged what it was told so far.
+	defer t.chargeResponse(w, set.costShapes, set, keys)
 	t.next.ServeHTTP(w, req)
-	t.chargeResponse(w, set, keys)
 }
 
 // release gives back the slots of a request admitted over set (keys:

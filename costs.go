@@ -5,13 +5,10 @@ package tollgate
 // the buckets and quotas that admitted it.
 //
 // On a route that reads a response cost, and there only, next gets a
-// costWriter in front of the client's ResponseWriter: it takes the cost
-// header out of the response (unless keepHeader), hands every chunk of
-// the body to the client first and then to a usage.Scanner (JSON paths
-// of a JSON body or of an event stream's events), and flushes after each
-// write, as the proxy asks for streams (Yaegi hands compiled code the
-// ResponseWriter, and the Hijacker, of an interpreted type, not its
-// Flusher). After next returns (chargeResponse, answer.go), the cost
+// usage.Writer in front of the client's ResponseWriter (serveNext): it
+// takes the cost header out of the response (unless keepHeader) and reads
+// the body as it goes to the client (JSON paths of a JSON body or of an
+// event stream's events, internal/usage). After next returns (chargeResponse, answer.go), the cost
 // (the header when it came, else the body's) less the cost the check
 // already charged is queued on the backend's charge queue; a goroutine
 // of the queue's, running while it holds charges, sends them in batches:
@@ -25,179 +22,15 @@ package tollgate
 // drops the charge and counts it; a failed call counts its charges.
 
 import (
-	"bufio"
-	"fmt"
-	"net"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tollgate-dev/tollgate/internal/clock"
-	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
 	"github.com/tollgate-dev/tollgate/internal/redis"
-	"github.com/tollgate-dev/tollgate/internal/usage"
 )
-
-// parseCost reads a cost header's values v: the cost they name, and
-// whether they name one well (none: 0, true).
-func parseCost(v []string, max int64) (int64, bool) {
-	if len(v) == 0 {
-		return 0, true
-	}
-	if len(v) > 1 || len(v[0]) == 0 || len(v[0]) > 13 {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(v[0], 10, 64)
-	if err != nil || n < 0 || n > max || v[0][0] == '+' {
-		return 0, false
-	}
-	return n, true
-}
-
-// costWriter is the ResponseWriter of a request whose policies read a
-// response cost (see the file's doc): for each of its shapes, the header's
-// values as the backend sent them and the body's scanner. Used by the
-// request's goroutine (and the handler's, which calls it) alone.
-type costWriter struct {
-	rw      http.ResponseWriter
-	flusher http.Flusher // rw's, nil when it has none
-	shapes  []*config.CostShape
-	headers [][]string       // by shape: the header's values; nil: none came
-	scans   []*usage.Scanner // by shape: nil when the body is not read
-	started bool             // the response's header was written
-}
-
-// newCostWriter wraps rw for the distinct shapes of set's policies.
-func newCostWriter(rw http.ResponseWriter, set *policySet) *costWriter {
-	w := &costWriter{rw: rw}
-	w.flusher, _ = rw.(http.Flusher)
-	for _, p := range set.ps {
-		if p.RespCost != nil && costShapeIndex(w.shapes, p.RespCost) < 0 {
-			w.shapes = append(w.shapes, p.RespCost)
-		}
-	}
-	w.headers = make([][]string, len(w.shapes))
-	w.scans = make([]*usage.Scanner, len(w.shapes))
-	return w
-}
-
-// costShapeIndex is shape's index in shapes, or -1.
-func costShapeIndex(shapes []*config.CostShape, shape *config.CostShape) int {
-	for i, s := range shapes {
-		if s == shape {
-			return i
-		}
-	}
-	return -1
-}
-
-// Header implements http.ResponseWriter.
-func (w *costWriter) Header() http.Header { return w.rw.Header() }
-
-// WriteHeader implements http.ResponseWriter: a final status starts the
-// response (start).
-func (w *costWriter) WriteHeader(code int) {
-	if code >= 200 && !w.started {
-		w.start()
-	}
-	w.rw.WriteHeader(code)
-}
-
-// Write implements http.ResponseWriter: p goes to the client, then to the
-// scanners, then the client's writer is flushed.
-func (w *costWriter) Write(p []byte) (int, error) {
-	if !w.started {
-		w.start()
-	}
-	n, err := w.rw.Write(p)
-	for _, s := range w.scans {
-		if s != nil && n > 0 {
-			s.Write(p[:n])
-		}
-	}
-	if w.flusher != nil {
-		w.flusher.Flush()
-	}
-	return n, err
-}
-
-// Flush implements http.Flusher.
-func (w *costWriter) Flush() {
-	if w.flusher != nil {
-		w.flusher.Flush()
-	}
-}
-
-// Hijack implements http.Hijacker (a WebSocket upgrade): the connection
-// is the client's, and no cost is read from it.
-func (w *costWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	h, ok := w.rw.(http.Hijacker)
-	if !ok {
-		return nil, nil, fmt.Errorf("tollgate: %T is not an http.Hijacker", w.rw)
-	}
-	return h.Hijack()
-}
-
-// Unwrap returns the client's ResponseWriter (http.ResponseController).
-func (w *costWriter) Unwrap() http.ResponseWriter { return w.rw }
-
-// start reads the response's header before it is written: each shape's
-// cost header (taken out unless keepHeader), and a scanner for the body
-// of each shape with paths.
-func (w *costWriter) start() {
-	w.started = true
-	h := w.rw.Header()
-	for i, s := range w.shapes {
-		if s.Header != "" {
-			w.headers[i] = h[s.Header]
-		}
-		if s.Paths != nil {
-			w.scans[i] = usage.New(s.Paths, s.Max, s.MaxScan, h.Get("Content-Type"), h.Get("Content-Encoding"))
-		}
-	}
-	for _, s := range w.shapes { // once every shape has read it (a rule's may name the top level's)
-		if s.Header != "" && !s.KeepHeader {
-			delete(h, s.Header)
-		}
-	}
-}
-
-// costOf is what the response said shape's policies cost: the cost, and
-// the reason it names none (-1: it did, or it was not asked to).
-func costOf(w *costWriter, shape *config.CostShape) (int64, int) {
-	i := costShapeIndex(w.shapes, shape)
-	if v := w.headers[i]; v != nil || shape.Paths == nil {
-		n, ok := parseCost(v, shape.Max)
-		if !ok {
-			return 0, costInvalid
-		}
-		return n, -1
-	}
-	if w.scans[i] == nil {
-		return 0, costMissing // no body, or none that is read (text/plain)
-	}
-	n, res := w.scans[i].Result()
-	if res != costFound {
-		return 0, res
-	}
-	return n, -1
-}
-
-// costResults memoizes costOf per shape for one response (a scanner's
-// Result reads its body once).
-func costResults(w *costWriter) ([]int64, []int) {
-	if !w.started {
-		w.start() // a handler that wrote nothing: the server writes its header once it returns
-	}
-	ns, rs := make([]int64, len(w.shapes)), make([]int, len(w.shapes))
-	for i, s := range w.shapes {
-		ns[i], rs[i] = costOf(w, s)
-	}
-	return ns, rs
-}
 
 // charge is one response's charge: each charged key, its triple as the
 // scripts read them (the amount as its cost), the amount, and the

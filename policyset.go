@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/bucket"
 	"github.com/tollgate-dev/tollgate/internal/config"
 	"github.com/tollgate-dev/tollgate/internal/redis"
+	"github.com/tollgate-dev/tollgate/internal/usage"
 )
 
 // policySet is everything prepared for one combination of policies: the
@@ -56,7 +57,9 @@ type policySet struct {
 	// call and RateLimit-Policy are then quotaV's (quotaCall), made
 	// again, for keys of keyLen bytes, when a window rolls over.
 	quotas     bool
-	costed     bool // some policy reads a response cost (costs.go)
+	costed     bool           // some policy reads a response cost (costs.go)
+	costShapes []*usage.Shape // the distinct shapes of those policies' costs
+	readsBody  bool           // one of them reads the body (jsonFields)
 	keyLen     int
 	quotaMu    sync.Mutex   // held to make a view
 	quotaV     atomic.Value // *quotaView
@@ -114,6 +117,10 @@ func newPolicySet(ps []*config.Policy, keyLen int) *policySet {
 	for _, p := range ps {
 		s.quotas = s.quotas || p.Quota != nil
 		s.costed = s.costed || p.RespCost != nil
+		if p.RespCost != nil && usage.IndexOf(s.costShapes, p.RespCost) < 0 {
+			s.costShapes = append(s.costShapes, p.RespCost)
+			s.readsBody = s.readsBody || p.RespCost.Paths != nil
+		}
 	}
 	if s.quotas {
 		s.keyLen = keyLen

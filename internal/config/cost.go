@@ -8,18 +8,6 @@ import (
 	"github.com/tollgate-dev/tollgate/internal/usage"
 )
 
-// CostShape is a compiled ResponseCost: the header (canonical; "" none),
-// the body's paths (usage.ParsePath's; nil none), the tail of a JSON body
-// kept, whether the header reaches the client, and the largest cost a
-// response may name.
-type CostShape struct {
-	Header     string
-	Paths      [][]string
-	MaxScan    int
-	KeepHeader bool
-	Max        int64
-}
-
 // The bounds of ResponseCost.
 const (
 	maxResponseCost = 1000000000000
@@ -28,11 +16,11 @@ const (
 )
 
 // compileResponseCost validates rc (field names it); nil: none.
-func compileResponseCost(field string, rc *ResponseCost) (*CostShape, error) {
+func compileResponseCost(field string, rc *ResponseCost) (*usage.Shape, error) {
 	if rc == nil || strings.TrimSpace(rc.Header) == "" && len(rc.JSONFields) == 0 && rc.Max == 0 && rc.MaxScan == 0 {
 		return nil, nil
 	}
-	shape := &CostShape{KeepHeader: rc.KeepHeader, MaxScan: defaultMaxScan}
+	shape := &usage.Shape{KeepHeader: rc.KeepHeader, MaxScan: defaultMaxScan}
 	if h := strings.TrimSpace(rc.Header); h != "" {
 		if !ValidHeaderName(h) {
 			return nil, fmt.Errorf("%s.header: %q is not a header name", field, rc.Header)
@@ -76,7 +64,7 @@ func compileResponseCosts(cfg *Config, s *Settings) error {
 	if err != nil {
 		return err
 	}
-	set := func(shape *CostShape, ps []*Policy) {
+	set := func(shape *usage.Shape, ps []*Policy) {
 		for _, p := range ps {
 			p.RespCost = shape
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgate-dev/tollgate/internal/bucket"
 	"github.com/tollgate-dev/tollgate/internal/metrics"
+	"github.com/tollgate-dev/tollgate/internal/usage"
 )
 
 // Policy is one compiled limit: a bucket of one kind (Kind) with its
@@ -35,7 +36,7 @@ type Policy struct {
 	Shadow     bool            // never refuses (Config.Shadow)
 	Lease      LeaseShape      // the top level's and a plan's (Config.Lease); max 0: none
 	Quota      *QuotaShape     // a calendar quota (quota.go); nil: a rate
-	RespCost   *CostShape      // its owner's response cost (the root's costs.go); nil: none
+	RespCost   *usage.Shape    // its owner's response cost (the root's costs.go); nil: none
 	Cap        *CapShape       // a concurrency cap (caps.go); nil: none
 	Metrics    *metrics.Policy // its counters (internal/metrics); set by New
 	// rule matching; the top-level policy matches everything
