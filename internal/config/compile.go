@@ -226,6 +226,13 @@ func Compile(cfg *Config, name string) (*Settings, error) {
 			return nil, fmt.Errorf("decisionHeader: %q has a meaning in HTTP (framing, cookies, caching, authentication or the RateLimit headers): name a header of your own, e.g. X-Tollgate-Decision", cfg.DecisionHeader)
 		}
 	}
+	if s.Decision != "" {
+		for _, p := range s.Policies() {
+			if p.RespCost != nil && p.RespCost.Header == s.Decision {
+				return nil, fmt.Errorf("responseCost.header: %q is also the decisionHeader: name them apart", p.RespCost.Header)
+			}
+		}
+	}
 	if s.Source, err = CompileSource(cfg.SourceCriterion); err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ const (
 
 // compileResponseCost validates rc (field names it); nil: none.
 func compileResponseCost(field string, rc *ResponseCost) (*usage.Shape, error) {
-	if rc == nil || strings.TrimSpace(rc.Header) == "" && len(rc.JSONFields) == 0 && rc.Max == 0 && rc.MaxScan == 0 {
+	if rc == nil || strings.TrimSpace(rc.Header) == "" && len(rc.JSONFields) == 0 && rc.Max == 0 && rc.MaxScan == 0 && !rc.KeepHeader {
 		return nil, nil
 	}
 	shape := &usage.Shape{KeepHeader: rc.KeepHeader, MaxScan: defaultMaxScan}
@@ -37,6 +37,11 @@ func compileResponseCost(field string, rc *ResponseCost) (*usage.Shape, error) {
 		keys, bad := usage.ParsePath(strings.TrimSpace(f))
 		if bad != "" {
 			return nil, fmt.Errorf("%s.jsonFields[%d]: %q %s", field, i, printableWord(f), bad)
+		}
+		for j, q := range shape.Paths {
+			if pathPrefix(q, keys) || pathPrefix(keys, q) {
+				return nil, fmt.Errorf("%s.jsonFields[%d]: %q repeats or contains jsonFields[%d]: a value would be counted twice, or be an object", field, i, printableWord(f), j)
+			}
 		}
 		shape.Paths = append(shape.Paths, keys)
 	}
@@ -102,4 +107,17 @@ func (s *Settings) Costed() bool {
 		}
 	}
 	return false
+}
+
+// pathPrefix reports whether a is b or one of b's ancestors.
+func pathPrefix(a, b []string) bool {
+	if len(a) > len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }

@@ -54,17 +54,16 @@ const (
 // Scanner reads one response body (see the package doc).
 type Scanner struct {
 	paths  [][]string
-	keys   [][]byte // each path's first key, quoted: what an event must hold to be decoded
+	keys   [][]byte // each path's first key, quoted: what a window or an event must hold to be read
 	max    int64    // the largest sum a response may name
 	kind   int
 	window int // the tail's bound, bytes
 
-	tail  []byte // JSON: the body's last window bytes (whole while total <= window)
+	tail  []byte // JSON: the body's last bytes (at most 2 x window, compacted to window)
 	total int64  // JSON: bytes seen
 
-	line    []byte // events: the line being read
-	data    []byte // events: the current event's data lines, joined by "\n"
-	skip    bool   // events: the current line or event is over maxEvent
+	buf     []byte // events: what follows the last event read (at most maxEvent)
+	skip    bool   // events: the event being read passed maxEvent: dropped to its end
 	vals    []int64
 	seen    []bool
 	invalid bool
@@ -107,9 +106,10 @@ func New(paths [][]string, max int64, window int, contentType, contentEncoding s
 		return s
 	}
 	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil { // a bad parameter: the type before it
+		mt = strings.ToLower(strings.TrimSpace(strings.SplitN(contentType, ";", 2)[0]))
+	}
 	switch {
-	case err != nil:
-		return nil
 	case mt == "application/json" || strings.HasSuffix(mt, "+json"):
 		s.kind = jsonBody
 	case mt == "text/event-stream":
@@ -132,84 +132,92 @@ func (s *Scanner) Write(p []byte) {
 			s.tail = append(s.tail[:0], p[len(p)-s.window:]...)
 			return
 		}
-		if over := len(s.tail) + len(p) - s.window; over > 0 {
-			s.tail = append(s.tail[:0], s.tail[over:]...)
+		if len(s.tail)+len(p) > 2*s.window { // compacted once per window's worth: amortized
+			keep := s.window - len(p)
+			s.tail = append(s.tail[:0], s.tail[len(s.tail)-keep:]...)
 		}
 		s.tail = append(s.tail, p...)
 	case eventStream:
-		for len(p) > 0 {
-			i := bytes.IndexByte(p, '\n')
-			if i < 0 {
-				s.addLine(p, false)
-				return
+		s.buf = append(s.buf, p...)
+		s.events(false)
+	}
+}
+
+// Events: an event ends at a blank line ("\n\n", "\n\r\n"); lines end in
+// "\n" or "\r\n".
+var (
+	lf     = []byte("\n\n")
+	crlf   = []byte("\n\r\n")
+	blanks = "\r\n"
+	bom    = []byte("\xef\xbb\xbf")
+)
+
+// events reads the events buf ends, and keeps what follows them; ended:
+// the body has ended, and what is left is an event too.
+func (s *Scanner) events(ended bool) {
+	if s.total == 0 { // the stream's first bytes: a byte order mark is not data
+		s.total = 1
+		s.buf = bytes.TrimPrefix(s.buf, bom)
+	}
+	b := s.buf
+	for len(b) > 0 {
+		i, n := bytes.Index(b, lf), 2
+		if j := bytes.Index(b, crlf); j >= 0 && (i < 0 || j < i) {
+			i, n = j, 3
+		}
+		if i < 0 {
+			if ended {
+				s.event(b)
+				b = b[:0]
 			}
-			s.addLine(p[:i], true)
-			p = p[i+1:]
+			break
 		}
+		if s.skip {
+			s.skip = false // the end of the event too long to read
+		} else {
+			s.event(b[:i])
+		}
+		b = bytes.TrimLeft(b[i+n:], blanks) // a run of blank lines at once
 	}
+	if len(b) > maxEvent {
+		s.skip, b = true, b[:0] // too long to read: dropped to its end
+	}
+	s.buf = append(s.buf[:0], b...)
 }
 
-// addLine adds b to the line being read, and reads the line when ended.
-func (s *Scanner) addLine(b []byte, ended bool) {
-	if !s.skip && len(s.line)+len(b) > maxEvent {
-		s.skip, s.line = true, s.line[:0]
-	}
-	if !s.skip {
-		s.line = append(s.line, b...)
-	}
-	if !ended {
-		return
-	}
-	line := bytes.TrimSuffix(s.line, []byte("\r"))
-	skipped := s.skip
-	s.line, s.skip = s.line[:0], false
-	switch {
-	case skipped:
-		s.data = append(s.data[:0], 0) // the event is spoilt: not JSON
-	case len(line) == 0:
-		s.event()
-	case bytes.HasPrefix(line, []byte("data:")):
-		v := bytes.TrimPrefix(line[5:], []byte(" "))
-		if len(s.data)+1+len(v) > maxEvent {
-			s.data = append(s.data[:0], 0)
-			return
-		}
-		if len(s.data) > 0 {
-			s.data = append(s.data, '\n')
-		}
-		s.data = append(s.data, v...)
-	}
-}
-
-// event reads the event whose data was gathered, and starts the next.
-func (s *Scanner) event() {
-	d := s.data
-	s.data = s.data[:0]
-	if len(d) == 0 || d[0] != '{' {
-		return // [DONE], text, an empty event
-	}
+// event reads one event (its lines, without the blank line that ends it):
+// its data lines joined by "\n", when it holds one of the paths' keys.
+func (s *Scanner) event(e []byte) {
 	wanted := false
 	for _, k := range s.keys {
-		wanted = wanted || bytes.Contains(d, k)
+		wanted = wanted || bytes.Contains(e, k)
 	}
 	if !wanted {
-		return
+		return // text, [DONE], an event without usage: no line looked at
 	}
-	var doc interface{}
-	dec := json.NewDecoder(bytes.NewReader(d))
-	dec.UseNumber()
-	if dec.Decode(&doc) != nil {
+	var data []byte
+	for len(e) > 0 {
+		line := e
+		if i := bytes.IndexByte(e, '\n'); i >= 0 {
+			line, e = e[:i], e[i+1:]
+		} else {
+			e = nil
+		}
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		if bytes.HasPrefix(line, []byte("data:")) {
+			if data != nil {
+				data = append(data, '\n')
+			}
+			data = append(data, line[5:]...)
+		}
+	}
+	data = bytes.TrimLeft(data, " \t")
+	if len(data) == 0 || data[0] != '{' {
 		return
 	}
 	for i, p := range s.paths {
-		v, ok := lookup(doc, p)
-		if !ok {
-			continue
-		}
-		if n, ok := integer(v); ok {
-			s.vals[i], s.seen[i] = n, true
-		} else {
-			s.invalid = true
+		if raw, ok := lookupRaw(data, p); ok {
+			s.put(i, raw, true)
 		}
 	}
 }
@@ -225,10 +233,9 @@ func (s *Scanner) Result() (int64, int) {
 	case jsonBody:
 		s.readJSON()
 	case eventStream:
-		if len(s.line) > 0 && !s.skip {
-			s.addLine(nil, true)
+		if !s.skip {
+			s.events(true)
 		}
-		s.event()
 	}
 	if s.invalid {
 		return 0, Invalid
@@ -250,51 +257,51 @@ func (s *Scanner) Result() (int64, int) {
 	return sum, Found
 }
 
-// readJSON reads the paths of a JSON body: in the whole body when it
-// fitted, else in the tail.
+// readJSON reads the paths of a JSON body: along each path in the whole
+// body when it fitted (each level decoded as raw values: no tree of the
+// body is built), else, or when that found nothing (a JSON value per
+// line), the last occurrence of each path's first key in the tail.
 func (s *Scanner) readJSON() {
+	found := false
 	if s.total <= int64(s.window) {
-		var doc interface{}
-		dec := json.NewDecoder(bytes.NewReader(s.tail))
-		dec.UseNumber()
-		if dec.Decode(&doc) == nil {
-			for i, p := range s.paths {
-				if v, ok := lookup(doc, p); ok {
-					s.put(i, v)
-				}
+		for i, p := range s.paths {
+			if raw, ok := lookupRaw(s.tail, p); ok {
+				found = true
+				s.put(i, raw, true)
 			}
-			return
 		}
 	}
-	// The tail only (or a body that is no JSON document as a whole: a
-	// JSON value per line): each path's first key, from the end.
+	if found {
+		return
+	}
 	for i, p := range s.paths {
-		v, ok := lastValue(s.tail, s.keys[i])
-		if !ok {
-			continue
+		raw, ok := lastValue(s.tail, s.keys[i])
+		if ok && len(p) > 1 {
+			raw, ok = lookupRaw(raw, p[1:])
 		}
-		if len(p) > 1 {
-			if v, ok = lookup(v, p[1:]); !ok {
-				continue
-			}
+		if ok {
+			s.put(i, raw, true)
 		}
-		s.put(i, v)
 	}
 }
 
-// put records path i's value v.
-func (s *Scanner) put(i int, v interface{}) {
-	if n, ok := integer(v); ok {
-		s.vals[i], s.seen[i] = n, true
-	} else {
+// put records path i's value raw (a JSON value): last says a later value
+// replaces an earlier one.
+func (s *Scanner) put(i int, raw []byte, last bool) {
+	n, ok := integer(raw)
+	if !ok {
 		s.invalid = true
+		return
+	}
+	if last || !s.seen[i] {
+		s.vals[i], s.seen[i] = n, true
 	}
 }
 
-// lastValue decodes the JSON value after the last occurrence of key (a
+// lastValue returns the JSON value after the last occurrence of key (a
 // quoted object key followed by a colon) in b that is not inside a string
 // it can tell (an escaped quote before it).
-func lastValue(b, key []byte) (interface{}, bool) {
+func lastValue(b, key []byte) ([]byte, bool) {
 	end := len(b)
 	for tries := 0; tries < 64; tries++ {
 		i := bytes.LastIndex(b[:end], key)
@@ -309,10 +316,8 @@ func lastValue(b, key []byte) (interface{}, bool) {
 		if len(rest) == 0 || rest[0] != ':' {
 			continue
 		}
-		var v interface{}
-		dec := json.NewDecoder(bytes.NewReader(rest[1:]))
-		dec.UseNumber()
-		if dec.Decode(&v) != nil {
+		var v json.RawMessage
+		if json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&v) != nil {
 			continue
 		}
 		return v, true
@@ -320,29 +325,32 @@ func lastValue(b, key []byte) (interface{}, bool) {
 	return nil, false
 }
 
-// lookup walks keys down doc's objects.
-func lookup(doc interface{}, keys []string) (interface{}, bool) {
-	v := doc
+// lookupRaw walks keys down the objects of the JSON document b, one level
+// decoded at a time (its members kept raw), and returns the value found.
+func lookupRaw(b []byte, keys []string) ([]byte, bool) {
 	for _, k := range keys {
-		m, ok := v.(map[string]interface{})
+		var m map[string]json.RawMessage
+		if json.Unmarshal(b, &m) != nil {
+			return nil, false
+		}
+		v, ok := m[k]
 		if !ok {
 			return nil, false
 		}
-		if v, ok = m[k]; !ok {
-			return nil, false
-		}
+		b = v
 	}
-	return v, true
+	return b, true
 }
 
-// integer reads v as a count: a JSON integer from 0 to 2^53 (what a JSON
-// number holds exactly), nothing else.
-func integer(v interface{}) (int64, bool) {
-	num, ok := v.(json.Number)
-	if !ok {
+// integer reads raw as a count: a JSON integer from 0 to 2^53 (what a
+// JSON number holds exactly), nothing else (no string, fraction or
+// exponent).
+func integer(raw []byte) (int64, bool) {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || (t[0] != '-' && (t[0] < '0' || t[0] > '9')) {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(string(num), 10, 64)
+	n, err := strconv.ParseInt(string(t), 10, 64)
 	if err != nil || n < 0 || n > 1<<53 {
 		return 0, false
 	}

@@ -150,3 +150,41 @@ func TestParsePath(t *testing.T) {
 		}
 	}
 }
+
+// Streams and bodies on the edges: a byte order mark, two spaces after
+// "data:", a media type with a bad parameter, a JSON value per line, a
+// flood of blank lines, the client gone before the blank line.
+func TestEdges(t *testing.T) {
+	total := paths(t, "usage.total_tokens")
+	for _, tc := range []struct {
+		desc, ctype, body string
+		want              int64
+		wantRes           int
+	}{
+		{"a BOM before the first event", "text/event-stream", "\xef\xbb\xbfdata: {\"usage\":{\"total_tokens\":4}}\n\n", 4, Found},
+		{"two spaces after data:", "text/event-stream", "data:  {\"usage\":{\"total_tokens\":4}}\n\n", 4, Found},
+		{"a bad media type parameter", "application/json; charset", `{"usage":{"total_tokens":4}}`, 4, Found},
+		{"a JSON value per line", "application/json", "{\"id\":1}\n{\"usage\":{\"total_tokens\":5}}\n", 5, Found},
+		{"a flood of blank lines", "text/event-stream", strings.Repeat("\n", 100000) + "data: {\"usage\":{\"total_tokens\":6}}\n\n" + strings.Repeat("\r\n", 1000), 6, Found},
+		{"a huge JSON body of numbers", "application/json", "[" + strings.Repeat("123456,", 150000) + "0]", 0, Missing},
+	} {
+		for _, n := range []int{3, 1 << 21} {
+			got, res := scan(t, total, 1<<20, tc.ctype, "", tc.body, n)
+			if got != tc.want || res != tc.wantRes {
+				t.Errorf("%s, chunks of %d: %d, result %d; want %d, %d", tc.desc, n, got, res, tc.want, tc.wantRes)
+			}
+		}
+	}
+}
+
+// TestPathsAlongTheWay: the whole body is not decoded into a tree: the
+// paths are read one level at a time, so a body's size costs a scan, not
+// a copy of every value it holds.
+func TestPathsAlongTheWay(t *testing.T) {
+	body := []byte(`{"data":[` + strings.Repeat(`{"embedding":[0.1,0.2,0.3]},`, 20000) + `{}],"usage":{"total_tokens":11}}`)
+	s := New(paths(t, "usage.total_tokens"), 1000, 1<<21, "application/json", "")
+	s.Write(body)
+	if n, res := s.Result(); n != 11 || res != Found {
+		t.Fatalf("%d, %d; want 11, Found", n, res)
+	}
+}

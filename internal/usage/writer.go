@@ -47,15 +47,16 @@ func ParseCost(v []string, max int64) (int64, bool) {
 // Flusher). Used by the request's goroutine (and the handler's, which
 // calls it) alone.
 type Writer struct {
-	rw      http.ResponseWriter
-	flusher http.Flusher // rw's, nil when it has none
-	shapes  []*Shape
-	headers [][]string // by shape: the header's values; nil: none came
-	scans   []*Scanner // by shape: nil when the body is not read
-	started bool       // the response's header was written
-	status  int        // the final status written (0: none yet)
-	stream  bool       // flush after each write: an event stream, or a body of no known length
-	noBody  bool       // a HEAD request's response, or hijacked: no body to read
+	rw       http.ResponseWriter
+	flusher  http.Flusher // rw's, nil when it has none
+	shapes   []*Shape
+	headers  [][]string // by shape: the header's values; nil: none came
+	scans    []*Scanner // by shape: nil when the body is not read
+	started  bool       // the response's header was written
+	status   int        // the final status written (0: none yet)
+	stream   bool       // flush after each write: an event stream, or a body of no known length
+	noBody   bool       // a HEAD request's response, or hijacked: no body to read
+	hijacked bool       // the connection is the handler's: nothing more is written or flushed through rw
 }
 
 // NewWriter wraps rw for shapes (distinct), for a request of method.
@@ -90,27 +91,27 @@ func (w *Writer) WriteHeader(code int) {
 	w.rw.WriteHeader(code)
 }
 
-// Write implements http.ResponseWriter: p goes to the client, then to the
-// scanners, then (a stream) the client's writer is flushed.
+// Write implements http.ResponseWriter: p goes to the client (flushed, a
+// stream), then to the scanners.
 func (w *Writer) Write(p []byte) (int, error) {
 	if !w.started {
 		w.start()
 	}
 	n, err := w.rw.Write(p)
+	if w.stream && err == nil && !w.hijacked {
+		w.flusher.Flush() // the client first, the scan after
+	}
 	for _, s := range w.scans {
 		if s != nil && n > 0 {
 			s.Write(p[:n])
 		}
-	}
-	if w.stream {
-		w.flusher.Flush()
 	}
 	return n, err
 }
 
 // Flush implements http.Flusher.
 func (w *Writer) Flush() {
-	if w.flusher != nil {
+	if w.flusher != nil && !w.hijacked {
 		w.flusher.Flush()
 	}
 }
@@ -122,7 +123,7 @@ func (w *Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if !ok {
 		return nil, nil, fmt.Errorf("tollgate: %T is not an http.Hijacker", w.rw)
 	}
-	w.noBody = true
+	w.noBody, w.hijacked = true, true
 	return h.Hijack()
 }
 
@@ -183,6 +184,13 @@ func (w *Writer) costOf(i int) (int64, int) {
 // when it named none well (-1: it did). Called once per response: a
 // Scanner reads its body once.
 func (w *Writer) Costs() ([]int64, []int) {
+	if w.hijacked { // an upgrade: the connection is the client's; its 101 is the proxy's own
+		ns, rs := make([]int64, len(w.shapes)), make([]int, len(w.shapes))
+		for i := range rs {
+			rs[i] = -1
+		}
+		return ns, rs
+	}
 	if !w.started {
 		w.start() // a handler that wrote nothing: the server writes its header once it returns
 	}
