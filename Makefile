@@ -49,10 +49,12 @@ e2e:
 # Traefik's rateLimit (memory, redis), Tollgate and a minimal one-round-trip
 # plugin side by side in one Traefik: throughput, added latency, allocations
 # and GC share per request, Redis cost and memory per key; writes
-# bench/results.md and bench/chart.png (BENCHMARKS.md quotes them). About
-# 18 minutes (the hot-key load: Tollgate with leases, without, and Traefik's redis
-# limiter on 10 keys, -hotkeys). BENCH_ARGS='-before REV' adds Tollgate at git revision REV
-# beside today's, in the same Traefik.
+# bench/results.md and bench/chart.png (BENCHMARKS.md quotes them), with
+# the hot-key load (-hotkeys), the cost of reading a response's cost from
+# its body (-responsecost) and an independent harness's shape (-shape:
+# wrk -t1 -c16, 1,000 and 10 keys, one replica). About 30 minutes.
+# BENCH_ARGS='-before REV' adds Tollgate at git revision REV beside
+# today's, in the same Traefik.
 bench:
 	scripts/deps.sh wrk
 	TOLLGATE_TRAEFIK=$$(scripts/traefik.sh) && cd e2e && TOLLGATE_TRAEFIK=$$TOLLGATE_TRAEFIK go run ./cmd/bench \

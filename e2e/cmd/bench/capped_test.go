@@ -25,7 +25,7 @@ func TestCappedConf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Kill()
-	opts := traefikOptions(t, dynamicConf(r.Addr, r.Addr, r.Addr, r.Addr, "", admitAll))
+	opts := traefikOptions(t, dynamicConf(sameRedis(r.Addr), admitAll))
 	options := opts["capped-limit"]
 	if options == nil || options["concurrency"] == nil {
 		t.Fatalf("capped-limit: no concurrency in %v", options)

@@ -109,57 +109,122 @@ var (
 	memory     = limits{100, "24h", 20}             // keys live through the measurement
 )
 
-// dynamicConf is the routers and their limiters, l's limits in each (the
-// empty middleware refuses all in rejectMost, else passes all); leasedAddr
-// is /leased's Redis, quotaAddr /quota's, cappedAddr /capped's; beforeAddr is the Redis of
-// Tollgate at the earlier revision ("": no such route), configured as
-// Tollgate is.
-func dynamicConf(redisAddr, leasedAddr, quotaAddr, cappedAddr, beforeAddr string, l limits) map[string]interface{} {
+// addrs is where dynamicConf points the limiters and the routes: the
+// Redis of each limiter that has one of its own (see redisOf) and the
+// backend.
+type addrs struct {
+	redis  string // the shared one: /redis, /tollgate, /minimal, the body routes through /tollgate
+	leased string // /leased's
+	quota  string // /quota's
+	capped string // /capped's
+	before string // /before's; "": no such route
+	cost   string // the response-cost routes' (responsecost.go); "": the shared one
+	refuse string // the harness shape's refusal routes' (shape.go); "": the shared one
+	// backend is the bench's backend (bodies.go), host:port, that every
+	// router's service "backend" points at; "": the fleet's (WriteDynamic
+	// adds it).
+	backend string
+}
+
+// sameRedis is every limiter on the Redis at addr, the fleet's backend.
+func sameRedis(addr string) addrs {
+	return addrs{redis: addr, leased: addr, quota: addr, capped: addr, cost: addr, refuse: addr}
+}
+
+// dynamicConf is the routers and their limiters, l's limits in each but
+// the harness shape's refusal routes, always rejectMost's (the empty
+// middleware refuses all in rejectMost, else passes all); each limiter on
+// its Redis in a; every router's service on a.backend.
+func dynamicConf(a addrs, l limits) map[string]interface{} {
+	if a.cost == "" {
+		a.cost = a.redis
+	}
+	if a.refuse == "" {
+		a.refuse = a.redis
+	}
 	routers := map[string]interface{}{}
-	for _, r := range append(append([]string(nil), routes...), leased, quota, capped) {
-		rt := map[string]interface{}{"rule": "PathPrefix(`/" + r + "`)", "service": "backend", "entryPoints": []interface{}{"web"}}
-		if r != "none" {
-			rt["middlewares"] = []interface{}{r + "-limit"}
+	router := func(name string, middlewares ...string) {
+		rt := map[string]interface{}{"rule": "PathPrefix(`/" + name + "`)", "service": "backend", "entryPoints": []interface{}{"web"}}
+		if len(middlewares) > 0 {
+			var mws []interface{}
+			for _, m := range middlewares {
+				mws = append(mws, m)
+			}
+			rt["middlewares"] = mws
 		}
-		routers[r] = rt
+		routers[name] = rt
 	}
-	source := map[string]interface{}{"requestHeaderName": "X-API-Key"}
-	rateLimit := func(withRedis bool) map[string]interface{} {
-		m := map[string]interface{}{"average": l.average, "period": l.period, "burst": l.burst, "sourceCriterion": source}
-		if withRedis {
-			m["redis"] = map[string]interface{}{"endpoints": []interface{}{redisAddr}}
+	for _, r := range append(append([]string(nil), routes...), leased, quota, capped, refuseTollgate, refuseRedis) {
+		if r == "none" {
+			router(r)
+		} else {
+			router(r, r+"-limit")
 		}
-		return map[string]interface{}{"rateLimit": m}
 	}
-	// tollgate is Tollgate's middleware on addr, with more options.
-	tollgate := func(plugin, addr string, more map[string]interface{}) map[string]interface{} {
-		m := map[string]interface{}{
-			"average": l.average, "period": l.period, "burst": l.burst, "sourceCriterion": source,
-			"redis": map[string]interface{}{"endpoints": []interface{}{addr}},
-		}
-		for k, v := range more {
-			m[k] = v
-		}
-		return map[string]interface{}{"plugin": map[string]interface{}{plugin: m}}
+	for _, c := range costRoutes {
+		router(c.route, c.middleware())
 	}
+	// Tollgate's counters (responsecost.go reads the response costs'),
+	// served by a Tollgate middleware with serveMetrics.
+	routers[metricsRoute] = map[string]interface{}{"rule": "Path(`/" + metricsRoute + "`)", "service": "noop@internal",
+		"entryPoints": []interface{}{"web"}, "middlewares": []interface{}{metricsRoute}}
 	middlewares := map[string]interface{}{
-		"inmem-limit":    rateLimit(false),
-		"redis-limit":    rateLimit(true),
-		"tollgate-limit": tollgate("tollgate", redisAddr, nil),
-		"leased-limit":   tollgate("tollgate", leasedAddr, map[string]interface{}{"lease": map[string]interface{}{"max": leaseMax}}),
-		"quota-limit":    tollgate("tollgate", quotaAddr, map[string]interface{}{"quotas": quotaConf()}),
-		"capped-limit":   tollgate("tollgate", cappedAddr, map[string]interface{}{"concurrency": cappedConf()}),
+		"inmem-limit":    rateLimitConf(l, ""),
+		"redis-limit":    rateLimitConf(l, a.redis),
+		"tollgate-limit": tollgateConf(l, "tollgate", a.redis, nil),
+		"leased-limit":   tollgateConf(l, "tollgate", a.leased, map[string]interface{}{"lease": map[string]interface{}{"max": leaseMax}}),
+		"quota-limit":    tollgateConf(l, "tollgate", a.quota, map[string]interface{}{"quotas": quotaConf()}),
+		"capped-limit":   tollgateConf(l, "tollgate", a.capped, map[string]interface{}{"concurrency": cappedConf()}),
 		"minimal-limit": map[string]interface{}{"plugin": map[string]interface{}{"minimal": map[string]interface{}{
-			"average": l.average, "period": l.period, "burst": l.burst, "redis": redisAddr,
+			"average": l.average, "period": l.period, "burst": l.burst, "redis": a.redis,
 		}}},
 		"empty-limit": map[string]interface{}{"plugin": map[string]interface{}{"minimal": map[string]interface{}{
 			"empty": true, "refuse": l == rejectMost,
 		}}},
+		refuseTollgate + "-limit": tollgateConf(rejectMost, "tollgate", a.refuse, nil),
+		refuseRedis + "-limit":    rateLimitConf(rejectMost, a.refuse),
+		headerCost + "-limit":     tollgateConf(l, "tollgate", a.cost, map[string]interface{}{"responseCost": headerCostConf()}),
+		bodyCost + "-limit":       tollgateConf(l, "tollgate", a.cost, map[string]interface{}{"responseCost": bodyCostConf()}),
+		metricsRoute:              map[string]interface{}{"plugin": map[string]interface{}{"tollgate": map[string]interface{}{"serveMetrics": true}}},
 	}
-	if beforeAddr != "" {
-		middlewares["before-limit"] = tollgate(beforePlugin, beforeAddr, nil)
+	if a.before != "" {
+		middlewares["before-limit"] = tollgateConf(l, beforePlugin, a.before, nil)
 	}
-	return map[string]interface{}{"http": map[string]interface{}{"routers": routers, "middlewares": middlewares}}
+	h := map[string]interface{}{"routers": routers, "middlewares": middlewares}
+	if a.backend != "" {
+		h["services"] = map[string]interface{}{"backend": map[string]interface{}{"loadBalancer": map[string]interface{}{
+			"servers": []interface{}{map[string]interface{}{"url": "http://" + a.backend}}}}}
+	}
+	return map[string]interface{}{"http": h}
+}
+
+// source is every limiter's client: the X-API-Key header.
+func source() map[string]interface{} {
+	return map[string]interface{}{"requestHeaderName": "X-API-Key"}
+}
+
+// rateLimitConf is Traefik's rateLimit middleware with l's limits, on the
+// Redis at redisAddr ("": in memory).
+func rateLimitConf(l limits, redisAddr string) map[string]interface{} {
+	m := map[string]interface{}{"average": l.average, "period": l.period, "burst": l.burst, "sourceCriterion": source()}
+	if redisAddr != "" {
+		m["redis"] = map[string]interface{}{"endpoints": []interface{}{redisAddr}}
+	}
+	return map[string]interface{}{"rateLimit": m}
+}
+
+// tollgateConf is Tollgate's middleware (plugin: Tollgate's name in
+// Traefik's configuration) with l's limits on the Redis at addr, with
+// more options.
+func tollgateConf(l limits, plugin, addr string, more map[string]interface{}) map[string]interface{} {
+	m := map[string]interface{}{
+		"average": l.average, "period": l.period, "burst": l.burst, "sourceCriterion": source(),
+		"redis": map[string]interface{}{"endpoints": []interface{}{addr}},
+	}
+	for k, v := range more {
+		m[k] = v
+	}
+	return map[string]interface{}{"plugin": map[string]interface{}{plugin: m}}
 }
 
 type bench struct {
@@ -169,6 +234,9 @@ type bench struct {
 	quota   *e2e.Redis // Tollgate with a quota's alone
 	capped  *e2e.Redis // Tollgate with a cap's alone
 	before  *e2e.Redis // Tollgate at the earlier revision's alone (nil without -before)
+	cost    *e2e.Redis // the response-cost routes' (responsecost.go)
+	refuse  *e2e.Redis // the harness shape's refusal routes' (shape.go)
+	backend *backend   // every route's (bodies.go)
 	fleet   *e2e.Fleet
 	traefik *e2e.Traefik
 	script  string // wrk Lua script
@@ -183,7 +251,9 @@ type bench struct {
 // redisOf is the Redis that route's limiter uses: the earlier revision's,
 // Tollgate with leases, with a quota and with a cap have one each, so that
 // their keys, connections and command counts (a lease's give-back after a
-// run included) are their own; the others share b.redis.
+// run included) are their own; so do the response-cost routes with
+// responseCost (together) and the harness shape's refusal routes
+// (together, its limits never change); the others share b.redis.
 func (b *bench) redisOf(route string) *e2e.Redis {
 	switch route {
 	case "before":
@@ -194,21 +264,35 @@ func (b *bench) redisOf(route string) *e2e.Redis {
 		return b.quota
 	case capped:
 		return b.capped
+	case refuseTollgate, refuseRedis:
+		return b.refuse
+	}
+	if c, ok := costRouteOf(route); ok && c.reads != readsNothing {
+		return b.cost
 	}
 	return b.redis
+}
+
+// addrs is where b's limiters and routes point (dynamicConf).
+func (b *bench) addrs() addrs {
+	a := addrs{redis: b.redis.Addr, leased: b.leased.Addr, quota: b.quota.Addr, capped: b.capped.Addr,
+		cost: b.cost.Addr, refuse: b.refuse.Addr, backend: b.backend.addr}
+	if b.before != nil {
+		a.before = b.before.Addr
+	}
+	return a
 }
 
 // apply writes l and waits until the plugins answer with it (a fresh key
 // each probe, so that the probe is admitted whatever the limits), and the
 // empty middleware refuses or passes as l says.
 func (b *bench) apply(l limits) error {
-	beforeAddr := ""
-	probes := []string{"/tollgate", "/" + leased, "/" + quota, "/" + capped, "/minimal", "/empty"}
+	probes := []string{"/tollgate", "/" + leased, "/" + quota, "/" + capped, "/minimal", "/empty",
+		"/" + costRouteFor(bodyJSON, readsHeader), "/" + costRouteFor(bodyJSON, readsBody)}
 	if b.before != nil {
-		beforeAddr = b.before.Addr
 		probes = append(probes, "/before")
 	}
-	if err := b.fleet.WriteDynamic(dynamicConf(b.redis.Addr, b.leased.Addr, b.quota.Addr, b.capped.Addr, beforeAddr, l)); err != nil {
+	if err := b.fleet.WriteDynamic(dynamicConf(b.addrs(), l)); err != nil {
 		return err
 	}
 	want := fmt.Sprintf(";q=%d;", l.average)

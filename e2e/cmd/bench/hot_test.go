@@ -23,7 +23,7 @@ func TestLeasedConf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Kill()
-	conf := dynamicConf(r.Addr, r.Addr, r.Addr, r.Addr, "", admitAll)
+	conf := dynamicConf(sameRedis(r.Addr), admitAll)
 	middlewares := conf["http"].(map[string]interface{})["middlewares"].(map[string]interface{})
 	const keys, perKey = 10, 3 * leaseMax
 	for _, c := range []struct {

@@ -72,16 +72,30 @@ func (b *bench) saturateWith(route string, conns int) (wrkResult, error) {
 // counts in the run that leased it.
 const leaseSettle = 1400 * time.Millisecond
 
-// run runs wrk with script and conns connections against route and
-// records Redis's counters and Traefik's allocations around it; it also
-// samples Redis's connections 60% into the run. Redis is route's (redisOf).
+// load is the shape of a wrk run: threads, connections, length, and the
+// script that names each request's key.
+type load struct {
+	threads, conns int
+	dur            time.Duration
+	script         string
+}
+
+// run runs wrk with script and conns connections against route for
+// b.wrkDur, from two threads (runLoad).
 func (b *bench) run(route string, conns int, script string) (wrkResult, error) {
+	return b.runLoad(route, load{threads: 2, conns: conns, dur: b.wrkDur, script: script})
+}
+
+// runLoad runs wrk with l against route and records Redis's counters and
+// Traefik's allocations around it; it also samples Redis's connections
+// 60% into the run. Redis is route's (redisOf).
+func (b *bench) runLoad(route string, l load) (wrkResult, error) {
 	var r wrkResult
 	rd := b.redisOf(route)
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
-		time.Sleep(b.wrkDur * 6 / 10)
+		time.Sleep(l.dur * 6 / 10)
 		r.tgConns, r.minConns, r.otherConns = redisConns(rd)
 	}()
 	defer func() { <-sampled }()
@@ -95,17 +109,19 @@ func (b *bench) run(route string, conns int, script string) (wrkResult, error) {
 		c0, _ = slotCalls(rd)
 	}
 	m0, err0 := b.memStats()
-	cmd := exec.Command("wrk", "-t2", "-c"+strconv.Itoa(conns), "-d"+b.wrkDur.String(), "-s", script, b.traefik.URL("/"+route))
+	cmd := exec.Command("wrk", "-t"+strconv.Itoa(l.threads), "-c"+strconv.Itoa(l.conns), "-d"+l.dur.String(), "-s", l.script, b.traefik.URL("/"+route))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return r, fmt.Errorf("wrk: %v\n%s", err, out)
 	}
 	m1, err1 := b.memStats()
-	switch route {
-	case leased:
+	switch c, _ := costRouteOf(route); {
+	case route == leased:
 		time.Sleep(leaseSettle)
-	case capped:
+	case route == capped:
 		time.Sleep(cappedSettle)
+	case c.reads != readsNothing:
+		time.Sleep(chargeSettle)
 	}
 	after, err := rd.Info("stats")
 	if err != nil {

@@ -27,6 +27,20 @@
 //	           REV of this repository, a third local plugin under another
 //	           module path (before.go), configured as /tollgate, on a Redis
 //	           of its own; it and /tollgate swap places every other run
+//	/refusetollgate, /refuseredis
+//	           Tollgate and Traefik's rateLimit with Redis, configured as
+//	           /tollgate and /redis but refusing almost all (rejectMost)
+//	           whatever the pass, on a Redis of their own: the refusal
+//	           rows of the independent harness's shape only (shape.go)
+//	/plainjson, /headerjson, /usagejson, /plainsse, /headersse, /usagesse
+//	           a 4 KB JSON chat completion and a 200-event stream from the
+//	           backend, through Tollgate as /tollgate (its own middleware),
+//	           with responseCost reading a header, and with responseCost
+//	           reading the body (jsonFields: [usage.total_tokens]); the
+//	           response-cost pass only (responsecost.go)
+//
+// Every route's backend is the bench's own (bodies.go): "ok" as the e2e
+// Backend answers, and the response-cost routes' bodies.
 //
 // and measures, repeated -reps times (median and range reported):
 //   - throughput at saturation (wrk, loopback), as a ratio to /none, with
@@ -60,13 +74,27 @@
 //     the nothing-rejected saturation runs, its script calls per request
 //     (taking a slot, giving slots back), commands and heap per request,
 //     and whether every slot taken was given back;
+//   - the cost from the response (-responsecost): on each response-cost
+//     route, saturated as above, interleaved, throughput, Traefik's CPU
+//     (process_cpu_seconds_total) and heap per response, and what reading
+//     the cost adds to the same response without responseCost: the
+//     wrapper and the charge (header), the body's scan (jsonFields over
+//     header); the tokens charged and the costs not charged (Tollgate's
+//     counters);
 //   - Redis memory per active key after -memkeys distinct keys through
-//     Traefik (INFO used_memory delta over DBSIZE, and MEMORY USAGE samples).
+//     Traefik (INFO used_memory delta over DBSIZE, and MEMORY USAGE samples);
+//   - after the runs, the independent harness's shape (-shape): wrk -t1
+//     -c16 for -shapewrk, -shaperounds rounds, each running every row once
+//     in a rotated order, on 1,000 keys (10 for the hot-key rows): no
+//     middleware, the empty plugin, Traefik redis, the minimal limiter,
+//     Tollgate, Tollgate with leases on 10 keys, and refusals of Tollgate
+//     and Traefik redis on 1,000 and 10 keys; ratios to /none within each
+//     round (shape.go).
 //
 // It writes a Markdown table (-out) and a PNG chart (-chart), and a CPU
 // profile of Traefik while /tollgate is saturated (-profile).
 //
-//	go run ./cmd/bench [-reps 3] [-before REV] [-out ../bench/results.md] [-chart ../bench/chart.png]
+//	go run ./cmd/bench [-reps 3] [-before REV] [-shape=false] [-responsecost=false] [-out ../bench/results.md] [-chart ../bench/chart.png]
 package main
 
 import (
@@ -101,6 +129,10 @@ func main() {
 	chart := flag.String("chart", "", "write the PNG chart here")
 	profile := flag.String("profile", "", "write a CPU profile of Traefik while /tollgate is saturated")
 	beforeRev := flag.String("before", "", "also run Tollgate as of this git revision of the repository (/before)")
+	shape := flag.Bool("shape", true, "after the runs, the independent harness's shape: wrk -t1 -c16, 1,000 and 10 keys, interleaved rounds")
+	shapeRounds := flag.Int("shaperounds", 3, "rounds of the harness's shape")
+	shapeDur := flag.Duration("shapewrk", 4*time.Second, "length of each run of the harness's shape")
+	respCost := flag.Bool("responsecost", true, "in every run, the cost from the response: JSON and event-stream bodies with and without responseCost")
 	flag.Parse()
 	log.SetFlags(0)
 	if *beforeRev != "" {
@@ -109,6 +141,9 @@ func main() {
 			log.Fatal(err)
 		}
 		enableBefore(short)
+	}
+	if *shape && *shapeRounds < 1 {
+		log.Fatalf("-shaperounds %d: at least 1 (or -shape=false)", *shapeRounds)
 	}
 	if _, ok := labels[*rateOf]; !ok && *rate == 0 {
 		log.Fatalf("-rateof %q: not a route (%s)", *rateOf, strings.Join(routes, ", "))
@@ -142,11 +177,25 @@ func main() {
 		log.Fatal(err)
 	}
 	defer rc.Kill()
+	rcost, err := e2e.StartRedis(dir) // the response-cost routes'
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rcost.Kill()
+	rrefuse, err := e2e.StartRedis(dir) // the harness shape's refusal routes'
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rrefuse.Kill()
+	be, err := startBackend()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer be.close()
 	if err := installMinimal(dir); err != nil {
 		log.Fatal(err)
 	}
 	var rb *e2e.Redis
-	beforeAddr := ""
 	if *beforeRev != "" {
 		if rb, err = e2e.StartRedis(dir); err != nil {
 			log.Fatal(err)
@@ -155,24 +204,34 @@ func main() {
 		if err := installBefore(dir, e2e.RepoRoot(), *beforeRev); err != nil {
 			log.Fatal(err)
 		}
-		beforeAddr = rb.Addr
 	}
-	fleet, err := e2e.StartFleetWith(dir, 1, dynamicConf(r.Addr, rl.Addr, rq.Addr, rc.Addr, beforeAddr, admitAll), pluginsStatic(rb != nil))
+	b := &bench{dir: dir, redis: r, leased: rl, quota: rq, capped: rc, before: rb, cost: rcost, refuse: rrefuse, backend: be,
+		wrkDur: *wrkDur, conns: *conns, script: filepath.Join(dir, "keys.lua"), hot: filepath.Join(dir, "hot.lua"), gc: *gc, profile: *profile}
+	fleet, err := e2e.StartFleetWith(dir, 1, dynamicConf(b.addrs(), admitAll), pluginsStatic(rb != nil))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer fleet.Stop()
-	b := &bench{dir: dir, redis: r, leased: rl, quota: rq, capped: rc, before: rb, fleet: fleet, traefik: fleet.Replicas[0], wrkDur: *wrkDur, conns: *conns,
-		script: filepath.Join(dir, "keys.lua"), hot: filepath.Join(dir, "hot.lua"), gc: *gc, profile: *profile}
+	b.fleet, b.traefik = fleet, fleet.Replicas[0]
 	if err := os.WriteFile(b.script, []byte(keysScript(*keys)), 0o644); err != nil {
 		log.Fatal(err)
 	}
 	if err := os.WriteFile(b.hot, []byte(keysScript(*hotKeys)), 0o644); err != nil {
 		log.Fatal(err)
 	}
-	routers := []string{leased + "@file", quota + "@file", capped + "@file"}
+	shapeScripts := map[int]string{}
+	for _, n := range []int{shapeKeys, shapeHotKeys} {
+		shapeScripts[n] = filepath.Join(dir, fmt.Sprintf("shape-%d.lua", n))
+		if err := os.WriteFile(shapeScripts[n], []byte(keysScript(n)), 0o644); err != nil {
+			log.Fatal(err)
+		}
+	}
+	routers := []string{leased + "@file", quota + "@file", capped + "@file", refuseTollgate + "@file", refuseRedis + "@file", metricsRoute + "@file"}
 	for _, rt := range routes {
 		routers = append(routers, rt+"@file")
+	}
+	for _, c := range costRoutes {
+		routers = append(routers, c.route+"@file")
 	}
 	if err := fleet.WaitRouters("enabled", routers...); err != nil {
 		log.Fatal(err)
@@ -193,6 +252,12 @@ func main() {
 		// The hot keys, nothing rejected.
 		if *hotKeys > 0 {
 			if err := b.hotKeys(res, rep); err != nil {
+				log.Fatal(err)
+			}
+		}
+		// The cost from the response, nothing rejected.
+		if *respCost {
+			if err := b.responseCosts(res, rep); err != nil {
 				log.Fatal(err)
 			}
 		}
@@ -287,6 +352,20 @@ func main() {
 				res.memKeys[rt] = append(res.memKeys[rt], float64(n))
 				fmt.Printf("memory:                 %-30s %d keys, %.0f B/key (used_memory), %.0f B/key (MEMORY USAGE)\n",
 					labels[rt], n, perKey, usage)
+			}
+		}
+	}
+	// The independent harness's shape, nothing rejected but its refusal
+	// rows (their own limits).
+	if *shape {
+		fmt.Printf("\n== the independent harness's shape: wrk -t%d -c%d -d%s, %d rounds\n", shapeThreads, shapeConns, *shapeDur, *shapeRounds)
+		if err := b.apply(admitAll); err != nil {
+			log.Fatal(err)
+		}
+		res.shape.rounds, res.shape.dur = *shapeRounds, *shapeDur
+		for round := 1; round <= *shapeRounds; round++ {
+			if err := b.shapeRound(res, round, *shapeRounds, *shapeDur, shapeScripts); err != nil {
+				log.Fatal(err)
 			}
 		}
 	}

@@ -21,6 +21,20 @@ import (
 // each middleware of the tollgate plugin.
 func traefikOptions(t *testing.T, conf map[string]interface{}) map[string]map[string]interface{} {
 	t.Helper()
+	d := decodeDynamic(t, conf)
+	out := map[string]map[string]interface{}{}
+	for name, mw := range d.HTTP.Middlewares {
+		if p, ok := mw.Plugin["tollgate"]; ok {
+			out[name] = p
+		}
+	}
+	return out
+}
+
+// decodeDynamic is the bench's configuration written as the fleet writes
+// it (YAML) and decoded as Traefik's file provider does.
+func decodeDynamic(t *testing.T, conf map[string]interface{}) *dynamic.Configuration {
+	t.Helper()
 	b, err := yaml.Marshal(conf)
 	if err != nil {
 		t.Fatal(err)
@@ -29,13 +43,7 @@ func traefikOptions(t *testing.T, conf map[string]interface{}) map[string]map[st
 	if err := file.DecodeContent(string(b), ".yaml", &d); err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]map[string]interface{}{}
-	for name, mw := range d.HTTP.Middlewares {
-		if p, ok := mw.Plugin["tollgate"]; ok {
-			out[name] = p
-		}
-	}
-	return out
+	return &d
 }
 
 // TestQuotaConf: the bench's /quota middleware, decoded as Traefik does,
@@ -51,7 +59,7 @@ func TestQuotaConf(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Kill()
-	opts := traefikOptions(t, dynamicConf(r.Addr, r.Addr, r.Addr, r.Addr, "", admitAll))
+	opts := traefikOptions(t, dynamicConf(sameRedis(r.Addr), admitAll))
 	options := opts["quota-limit"]
 	if options == nil || options["quotas"] == nil {
 		t.Fatalf("quota-limit: no quotas in %v", options)

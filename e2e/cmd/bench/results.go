@@ -92,6 +92,11 @@ type results struct {
 	// give-back calls; each run's slots.
 	cappedVsTollgate, cappedTakes, cappedGives stat
 	cappedSlots                                []slotCounts
+
+	// The cost from the response (responsecost.go), and the independent
+	// harness's shape (shape.go).
+	cost  costFigures
+	shape shapeFigures
 }
 
 func newResults() *results {
@@ -103,7 +108,7 @@ func newResults() *results {
 		allocKB: [2]map[string]stat{m(), m()}, allocKBAdded: [2]map[string]stat{m(), m()},
 		mallocs: [2]map[string]stat{m(), m()}, mallocsAdded: [2]map[string]stat{m(), m()},
 		gcShare: [2]map[string]stat{m(), m()}, allocShare: [2]map[string]stat{m(), m()}, rateOver: map[string]int{},
-		hotRPS: m(), hotScripts: m(), hotKB: m()}
+		hotRPS: m(), hotScripts: m(), hotKB: m(), cost: newCostFigures(), shape: newShapeFigures()}
 }
 
 func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Duration, seq, conns, keys, hotKeys, memKeys int) string {
@@ -166,8 +171,14 @@ func markdown(res *results, machine string, reps int, wrkDur, fixedDur time.Dura
 	b.WriteString("\n" + leasesMarkdown(res, keys, hotKeys))
 	b.WriteString("\n" + quotaMarkdown(res, keys))
 	b.WriteString("\n" + cappedMarkdown(res, keys))
+	if len(res.cost.rps) > 0 {
+		b.WriteString("\n" + costMarkdown(res.cost, keys, conns, wrkDur))
+	}
 	b.WriteString("\nAllocations: Traefik's runtime.MemStats (expvar, /debug/vars) TotalAlloc and Mallocs over each saturation run, divided by the requests wrk completed; \"added\" subtracts no middleware's in the same run (negative when refusals, which skip the proxy to the backend, allocate less than a proxied request). GC share: a CPU profile of Traefik (/debug/pprof/profile) over each saturation run but its first and last second (every route's run is profiled alike; -gc=false turns it off); a sample is GC's when its stack holds a background mark worker, a mark assist, a write-barrier flush, sweeping, the scavenger or a GC phase change (gcFuncs in e2e/cmd/bench/alloc.go); allocating is runtime.mallocgc outside those.\n")
 	fmt.Fprintf(&b, "\nNon-2xx responses in the nothing-rejected runs: %d; failed requests in the fixed-rate runs: %d; in the sequential runs (errors and non-2xx): %d.\n", res.non2xxAdmit, res.errsFixed, res.errsSeq)
+	if res.shape.rounds > 0 {
+		b.WriteString("\n" + shapeMarkdown(res.shape))
+	}
 	return b.String()
 }
 
