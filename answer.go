@@ -196,14 +196,14 @@ func chargeKeys(t *Tollgate, req *http.Request, set *policySet) []string {
 // of set whose owner reads a response cost, under keys (chargeKeys):
 // queued on the backend's charge queue (costs.go), its Redis call off
 // the response's path.
-func (t *Tollgate) chargeResponse(w *usage.Writer, shapes []*usage.Shape, set *policySet, keys []string) {
+func (t *Tollgate) chargeResponse(w *usage.Writer, set *policySet, keys []string) {
 	ns, rs := w.Costs()
 	var c *charge
 	for i, p := range set.ps {
-		if p.RespCost == nil || p.Cap != nil {
+		j := set.costShape[i]
+		if j < 0 {
 			continue
 		}
-		j := usage.IndexOf(shapes, p.RespCost)
 		switch rs[j] {
 		case costInvalid:
 			atomic.AddInt64(&p.Metrics.CostInvalid, 1)
@@ -267,7 +267,7 @@ func (t *Tollgate) serveNext(rw http.ResponseWriter, req *http.Request, set, hel
 	w := usage.NewWriter(rw, set.costShapes, req.Method)
 	// Deferred: a client gone mid-stream makes the proxy panic
 	// (http.ErrAbortHandler), and it is charged what it was told so far.
-	defer t.chargeResponse(w, set.costShapes, set, keys)
+	defer t.chargeResponse(w, set, keys)
 	t.next.ServeHTTP(w, req)
 }
 
@@ -306,9 +306,6 @@ func release(t *Tollgate, set *policySet, keys []string, call string, d []int64,
 		returnSlots(t, set, call)
 	}
 }
-
-// Counting a request under the policy that decided it (internal/metrics
-// holds the counters and writes them).
 
 // count counts a request decided how with decision d, under the policy
 // that decided it (decider), and the admitted policies near their limit:

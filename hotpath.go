@@ -53,7 +53,6 @@ const (
 	costInvalid    = usage.Invalid
 	costMissing    = usage.Missing
 	costEncoded    = usage.Encoded
-	costFound      = usage.Found
 )
 
 // How a request was decided (DecisionHeader), by value. Each equals the

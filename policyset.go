@@ -59,6 +59,7 @@ type policySet struct {
 	quotas     bool
 	costed     bool           // some policy reads a response cost (costs.go)
 	costShapes []*usage.Shape // the distinct shapes of those policies' costs
+	costShape  []int          // by policy: its shape's index in costShapes; -1: it reads none, or is a cap (charged nothing)
 	readsBody  bool           // one of them reads the body (jsonFields)
 	keyLen     int
 	quotaMu    sync.Mutex   // held to make a view
@@ -117,10 +118,18 @@ func newPolicySet(ps []*config.Policy, keyLen int) *policySet {
 	for _, p := range ps {
 		s.quotas = s.quotas || p.Quota != nil
 		s.costed = s.costed || p.RespCost != nil
-		if p.RespCost != nil && usage.IndexOf(s.costShapes, p.RespCost) < 0 {
-			s.costShapes = append(s.costShapes, p.RespCost)
-			s.readsBody = s.readsBody || p.RespCost.Paths != nil
+		j := -1
+		if p.RespCost != nil {
+			if j = usage.IndexOf(s.costShapes, p.RespCost); j < 0 {
+				j = len(s.costShapes)
+				s.costShapes = append(s.costShapes, p.RespCost)
+				s.readsBody = s.readsBody || p.RespCost.Paths != nil
+			}
 		}
+		if p.Cap != nil {
+			j = -1 // a cap's slot is charged nothing
+		}
+		s.costShape = append(s.costShape, j)
 	}
 	if s.quotas {
 		s.keyLen = keyLen

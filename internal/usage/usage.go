@@ -63,6 +63,7 @@ type Scanner struct {
 	total int64  // JSON: bytes seen
 
 	buf     []byte // events: what follows the last event read (at most maxEvent)
+	begun   bool   // events: the stream's first bytes were seen (a byte order mark is dropped from them)
 	skip    bool   // events: the event being read passed maxEvent: dropped to its end
 	vals    []int64
 	seen    []bool
@@ -155,8 +156,8 @@ var (
 // events reads the events buf ends, and keeps what follows them; ended:
 // the body has ended, and what is left is an event too.
 func (s *Scanner) events(ended bool) {
-	if s.total == 0 { // the stream's first bytes: a byte order mark is not data
-		s.total = 1
+	if !s.begun { // the stream's first bytes: a byte order mark is not data
+		s.begun = true
 		s.buf = bytes.TrimPrefix(s.buf, bom)
 	}
 	b := s.buf
@@ -212,13 +213,8 @@ func (s *Scanner) event(e []byte) {
 		}
 	}
 	data = bytes.TrimLeft(data, " \t")
-	if len(data) == 0 || data[0] != '{' {
-		return
-	}
-	for i, p := range s.paths {
-		if raw, ok := lookupRaw(data, p); ok {
-			s.put(i, raw, true)
-		}
+	if len(data) > 0 && data[0] == '{' {
+		s.readPaths(data)
 	}
 }
 
@@ -262,16 +258,7 @@ func (s *Scanner) Result() (int64, int) {
 // body is built), else, or when that found nothing (a JSON value per
 // line), the last occurrence of each path's first key in the tail.
 func (s *Scanner) readJSON() {
-	found := false
-	if s.total <= int64(s.window) {
-		for i, p := range s.paths {
-			if raw, ok := lookupRaw(s.tail, p); ok {
-				found = true
-				s.put(i, raw, true)
-			}
-		}
-	}
-	if found {
+	if s.total <= int64(s.window) && s.readPaths(s.tail) {
 		return
 	}
 	for i, p := range s.paths {
@@ -280,22 +267,42 @@ func (s *Scanner) readJSON() {
 			raw, ok = lookupRaw(raw, p[1:])
 		}
 		if ok {
-			s.put(i, raw, true)
+			s.put(i, raw)
 		}
 	}
 }
 
-// put records path i's value raw (a JSON value): last says a later value
-// replaces an earlier one.
-func (s *Scanner) put(i int, raw []byte, last bool) {
+// readPaths records the paths found in the JSON object doc (its top level
+// decoded once for every path, each path's deeper levels as it goes down,
+// as raw values) and reports whether it found any.
+func (s *Scanner) readPaths(doc []byte) bool {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(doc, &top) != nil {
+		return false
+	}
+	found := false
+	for i, p := range s.paths {
+		raw, ok := top[p[0]]
+		if ok && len(p) > 1 {
+			raw, ok = lookupRaw(raw, p[1:])
+		}
+		if ok {
+			found = true
+			s.put(i, raw)
+		}
+	}
+	return found
+}
+
+// put records path i's value raw (a JSON value), replacing an earlier one
+// (an event stream's last value counts).
+func (s *Scanner) put(i int, raw []byte) {
 	n, ok := integer(raw)
 	if !ok {
 		s.invalid = true
 		return
 	}
-	if last || !s.seen[i] {
-		s.vals[i], s.seen[i] = n, true
-	}
+	s.vals[i], s.seen[i] = n, true
 }
 
 // lastValue returns the JSON value after the last occurrence of key (a

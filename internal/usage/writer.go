@@ -139,13 +139,14 @@ func (w *Writer) start() {
 	// What the proxy would flush (an event stream at once, a body of no
 	// known length as it comes) is flushed after each write; a body of
 	// known length is left to the server's buffer, framed as it was.
-	w.stream = w.flusher != nil && (h.Get("Content-Length") == "" || strings.HasPrefix(strings.ToLower(h.Get("Content-Type")), "text/event-stream"))
+	ctype := h.Get("Content-Type")
+	w.stream = w.flusher != nil && (h.Get("Content-Length") == "" || strings.HasPrefix(strings.ToLower(ctype), "text/event-stream"))
 	for i, s := range w.shapes {
 		if s.Header != "" {
 			w.headers[i] = h[s.Header]
 		}
 		if s.Paths != nil {
-			w.scans[i] = New(s.Paths, s.Max, s.MaxScan, h.Get("Content-Type"), h.Get("Content-Encoding"))
+			w.scans[i] = New(s.Paths, s.Max, s.MaxScan, ctype, h.Get("Content-Encoding"))
 		}
 	}
 	for _, s := range w.shapes { // once every shape has read it (a rule's may name the top level's)
@@ -155,43 +156,35 @@ func (w *Writer) start() {
 	}
 }
 
-// costOf is what the response said shape i cost: the cost, and the
-// reason it names none (-1: it did, or it was not asked to).
+// costOf is what the response said shape i cost: the cost and Found (it
+// did, or had nothing to say: an upgrade, no body), or 0 and why not.
 func (w *Writer) costOf(i int) (int64, int) {
+	if w.hijacked {
+		return 0, Found // an upgrade: the connection is the client's; its 101 is the proxy's own
+	}
 	shape := w.shapes[i]
 	if v := w.headers[i]; v != nil || shape.Paths == nil {
 		n, ok := ParseCost(v, shape.Max)
 		if !ok {
 			return 0, Invalid
 		}
-		return n, -1
+		return n, Found
 	}
 	if w.noBody || w.status == http.StatusNoContent || w.status == http.StatusNotModified {
-		return 0, -1 // nothing was to be read: the request's cost
+		return 0, Found // nothing was to be read: the request's cost
 	}
 	if w.scans[i] == nil {
 		return 0, Missing // no body, or none that is read (text/plain)
 	}
-	n, res := w.scans[i].Result()
-	if res != Found {
-		return 0, res
-	}
-	return n, -1
+	return w.scans[i].Result()
 }
 
 // Costs returns, once the response has ended (or the client has gone),
-// what it said each shape cost: the cost, and Invalid, Missing or Encoded
-// when it named none well (-1: it did). Called once per response: a
+// what it said each shape cost: the cost and Found, or 0 and Invalid,
+// Missing or Encoded when it named none well. Called once per response: a
 // Scanner reads its body once.
 func (w *Writer) Costs() ([]int64, []int) {
-	if w.hijacked { // an upgrade: the connection is the client's; its 101 is the proxy's own
-		ns, rs := make([]int64, len(w.shapes)), make([]int, len(w.shapes))
-		for i := range rs {
-			rs[i] = -1
-		}
-		return ns, rs
-	}
-	if !w.started {
+	if !w.started && !w.hijacked {
 		w.start() // a handler that wrote nothing: the server writes its header once it returns
 	}
 	ns, rs := make([]int64, len(w.shapes)), make([]int, len(w.shapes))
