@@ -23,43 +23,58 @@ import (
 // (TestRegionClockSteps).
 func TestDurationsUseTheMonotonicClock(t *testing.T) {
 	allowed := map[string]bool{"heartbeat.go:newInstanceID": true, "exchange.go:loop": true, "exchange.go:sleepUntil": true}
-	fset := token.NewFileSet()
 	var names []string
 	for _, dir := range []string{".", "internal/bucket", "internal/config"} {
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatal(err)
+		names = append(names, sourceFiles(t, dir)...)
+	}
+	eachFuncNode(t, names, func(fset *token.FileSet, name string, fn *ast.FuncDecl, n ast.Node) {
+		sel, ok := n.(*ast.SelectorExpr)
+		if !ok {
+			return
 		}
-		for _, e := range entries {
-			if n := e.Name(); strings.HasSuffix(n, ".go") && !strings.HasSuffix(n, "_test.go") {
-				names = append(names, dir+"/"+n)
+		switch sel.Sel.Name {
+		case "Unix", "UnixNano", "UnixMicro", "UnixMilli":
+			// Calendar quotas' windows are the wall clock's by
+			// nature (the script picks one on Redis's TIME).
+			if !allowed[name+":"+fn.Name.Name] && name != "quota.go" && name != "internal/bucket/window.go" {
+				t.Errorf("%s: %s reads the wall clock (%s): measure durations on the clock.Mono clock (clock.go)", fset.Position(sel.Pos()), fn.Name.Name, sel.Sel.Name)
 			}
 		}
+	})
+}
+
+// sourceFiles returns the paths of dir's non-test .go files ("." for the
+// root: bare names).
+func sourceFiles(t *testing.T, dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, path := range names {
-		name := strings.TrimPrefix(path, "./")
-		f, err := parser.ParseFile(fset, path, nil, 0)
+	var out []string
+	for _, e := range entries {
+		if n := e.Name(); strings.HasSuffix(n, ".go") && !strings.HasSuffix(n, "_test.go") {
+			out = append(out, strings.TrimPrefix(dir+"/"+n, "./"))
+		}
+	}
+	return out
+}
+
+// eachFuncNode parses the files at paths and calls f with every node of
+// every function body, the file's path and the function.
+func eachFuncNode(t *testing.T, paths []string, f func(fset *token.FileSet, path string, fn *ast.FuncDecl, n ast.Node)) {
+	fset := token.NewFileSet()
+	for _, path := range paths {
+		file, err := parser.ParseFile(fset, path, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, decl := range f.Decls {
+		for _, decl := range file.Decls {
 			fn, ok := decl.(*ast.FuncDecl)
 			if !ok || fn.Body == nil {
 				continue
 			}
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
-				sel, ok := n.(*ast.SelectorExpr)
-				if !ok {
-					return true
-				}
-				switch sel.Sel.Name {
-				case "Unix", "UnixNano", "UnixMicro", "UnixMilli":
-					// Calendar quotas' windows are the wall clock's by
-					// nature (the script picks one on Redis's TIME).
-					if !allowed[name+":"+fn.Name.Name] && name != "quota.go" && name != "internal/bucket/window.go" {
-						t.Errorf("%s: %s reads the wall clock (%s): measure durations on the clock.Mono clock (clock.go)", fset.Position(sel.Pos()), fn.Name.Name, sel.Sel.Name)
-					}
-				}
+				f(fset, path, fn, n)
 				return true
 			})
 		}
@@ -108,15 +123,8 @@ func TestRequestPathReadsItsOwn(t *testing.T) {
 	consts := map[string]map[string]bool{} // package name -> its constants
 	for _, pkg := range []string{"bucket", "config", "metrics", "redis", "regions", "clock", "usage"} {
 		consts[pkg] = map[string]bool{}
-		entries, err := os.ReadDir("internal/" + pkg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
-				continue
-			}
-			f, err := parser.ParseFile(token.NewFileSet(), "internal/"+pkg+"/"+e.Name(), nil, 0)
+		for _, path := range sourceFiles(t, "internal/"+pkg) {
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -131,39 +139,25 @@ func TestRequestPathReadsItsOwn(t *testing.T) {
 			}
 		}
 	}
-	fset := token.NewFileSet()
-	for _, name := range requestFiles {
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, decl := range f.Decls {
-			fn, ok := decl.(*ast.FuncDecl)
-			if !ok || fn.Body == nil {
-				continue
+	eachFuncNode(t, requestFiles, func(fset *token.FileSet, name string, fn *ast.FuncDecl, n ast.Node) {
+		switch x := n.(type) {
+		case *ast.SelectorExpr:
+			pkg, ok := x.X.(*ast.Ident)
+			if !ok {
+				return
 			}
-			ast.Inspect(fn.Body, func(n ast.Node) bool {
-				switch x := n.(type) {
-				case *ast.SelectorExpr:
-					pkg, ok := x.X.(*ast.Ident)
-					if !ok {
-						return true
-					}
-					if consts[pkg.Name][x.Sel.Name] {
-						t.Errorf("%s: %s reads %s.%s per request: read the root's copy (hotpath.go)", fset.Position(x.Pos()), fn.Name.Name, pkg.Name, x.Sel.Name)
-					}
-					if pkg.Name == "time" && x.Sel.Name == "Now" && name != "quota.go" {
-						t.Errorf("%s: %s reads the wall clock: read the injected clock (processStart + monoOrigin, or the component's now)", fset.Position(x.Pos()), fn.Name.Name)
-					}
-				case *ast.CallExpr:
-					if sel, ok := x.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Since" && len(x.Args) == 1 {
-						if id, ok := x.Args[0].(*ast.Ident); !ok || id.Name != "processStart" {
-							t.Errorf("%s: %s measures time from another start than processStart", fset.Position(x.Pos()), fn.Name.Name)
-						}
-					}
+			if consts[pkg.Name][x.Sel.Name] {
+				t.Errorf("%s: %s reads %s.%s per request: read the root's copy (hotpath.go)", fset.Position(x.Pos()), fn.Name.Name, pkg.Name, x.Sel.Name)
+			}
+			if pkg.Name == "time" && x.Sel.Name == "Now" && name != "quota.go" {
+				t.Errorf("%s: %s reads the wall clock: read the injected clock (processStart + monoOrigin, or the component's now)", fset.Position(x.Pos()), fn.Name.Name)
+			}
+		case *ast.CallExpr:
+			if sel, ok := x.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Since" && len(x.Args) == 1 {
+				if id, ok := x.Args[0].(*ast.Ident); !ok || id.Name != "processStart" {
+					t.Errorf("%s: %s measures time from another start than processStart", fset.Position(x.Pos()), fn.Name.Name)
 				}
-				return true
-			})
+			}
 		}
-	}
+	})
 }

@@ -371,10 +371,6 @@ func tookMaybe(err error) bool {
 	return err != errBreakerOpen && err != redis.ErrDialFailed && err != redis.ErrNoRoute && err != redis.ErrQueueFull
 }
 
-// The plugin's binding to its regions (internal/regions: the model and the
-// exchange): the region configuration compiled, and the requests' notes of
-// the buckets that pressed against their share.
-
 // noteRegion notes, for the exchange, the buckets of policies ps for
 // client key that pressed in decision d: refused, or emptied (no whole
 // token left, whatever the region's share of the burst); cached: the

@@ -168,9 +168,6 @@ func (t *Tollgate) policiesFor(req *http.Request) *policySet {
 	return s
 }
 
-// The middleware as New builds it (plugin.go): what one router's request
-// path reads.
-
 // Tollgate is the middleware handler built by New.
 //
 // Model: each request belongs to a client (sourceCriterion) and takes cost

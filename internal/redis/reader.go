@@ -87,7 +87,7 @@ func readLoop(cn *rconn, c *Pool) {
 		ru := cn.readUntil
 		if until != 0 {
 			if until != ru {
-				err = cn.nc.SetReadDeadline(processStart.Add(time.Duration(until - monoOrigin))) // wallTime, inlined
+				err = cn.nc.SetReadDeadline(processStart.Add(time.Duration(until - monoOrigin))) // the wall-clock time of the monotonic deadline
 				ru = until
 			}
 		} else if ru > 0 && ru != watch {
@@ -322,9 +322,6 @@ func (cn *rconn) oldestDeadline() int64 {
 	}
 	return earliest
 }
-
-// wallTime is the wall-clock time of monotonic ns, for socket deadlines.
-func wallTime(ns int64) time.Time { return processStart.Add(time.Duration(ns - monoOrigin)) }
 
 // staleAfter is how long past its deadline a connection may owe a reply
 // before it is closed (a frozen or overloaded Redis).

@@ -105,7 +105,7 @@ func send(cn *rconn, pre, cl *call, prefix []byte, cmd *Command, head []byte, ke
 		// with a later one (mixed timeouts): this call's bounds its read.
 		if ru := cn.readUntil; ru <= 0 || dl < ru {
 			cn.readUntil = dl
-			err = nc.SetReadDeadline(processStart.Add(time.Duration(dl - monoOrigin))) // wallTime, inlined
+			err = nc.SetReadDeadline(processStart.Add(time.Duration(dl - monoOrigin))) // the wall-clock time of the monotonic deadline
 			if err != nil {
 				cn.kill(err) // a closed socket: this call may have been read (errOwed's case)
 				err = nil    // cl is done with the error

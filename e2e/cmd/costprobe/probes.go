@@ -455,15 +455,10 @@ func ProbeDecode(line []byte, d []int64, n int) {
 }
 `
 
-// flatSource adapts coreSource to a checkout of one flat package (before
-// the client moved to internal/redis).
-const flatSource = `package tollgate
-
-func probeCallParts() (head, tail []byte) { return probeT.top.cmd.shaHead, probeT.top.cmd.tail }
-
-func probeMono() int64 { return monotonic() }
-
-func probeClientKey(id string) string { return clientKey(probeT.set.class, id) }
+// rootConfigSource is the part of the flat and packages layouts that
+// names the configuration and the key scheme where they were, in the root
+// package.
+const rootConfigSource = `func probeClientKey(id string) string { return clientKey(probeT.set.class, id) }
 
 func probeKeyPrefix() string { return keyPrefix }
 
@@ -480,6 +475,16 @@ func probeWithRegion(cfg *Config) {
 	cfg.Region = &RegionConfig{Name: "probe", Peers: []PeerConfig{{Name: "elsewhere", Endpoints: []string{"127.0.0.1:1"}}}}
 }
 `
+
+// flatSource adapts coreSource to a checkout of one flat package (before
+// the client moved to internal/redis).
+const flatSource = `package tollgate
+
+func probeCallParts() (head, tail []byte) { return probeT.top.cmd.shaHead, probeT.top.cmd.tail }
+
+func probeMono() int64 { return monotonic() }
+
+` + rootConfigSource
 
 // packagesSource adapts coreSource to a checkout with internal packages.
 const packagesSource = `package tollgate
@@ -499,23 +504,7 @@ func probeCallParts() (head, tail []byte) {
 
 func probeMono() int64 { return clock.Mono() }
 
-func probeClientKey(id string) string { return clientKey(probeT.set.class, id) }
-
-func probeKeyPrefix() string { return keyPrefix }
-
-func probeConfig(addr string) *Config {
-	cfg := CreateConfig()
-	cfg.Average = 100000000
-	cfg.Period = "1s"
-	cfg.Burst = 100000000
-	cfg.SourceCriterion = &SourceCriterion{RequestHeaderName: "X-API-Key"}
-	cfg.Redis.Endpoints = []string{addr}
-	return cfg
-}
-func probeWithRegion(cfg *Config) {
-	cfg.Region = &RegionConfig{Name: "probe", Peers: []PeerConfig{{Name: "elsewhere", Endpoints: []string{"127.0.0.1:1"}}}}
-}
-`
+` + rootConfigSource
 
 // configSource adapts coreSource to a checkout whose configuration and
 // protocol are packages (internal/config, internal/bucket).
