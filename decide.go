@@ -43,15 +43,17 @@ func decide(t *Tollgate, set *policySet, req *http.Request, rw http.ResponseWrit
 			return decidedAnswered
 		}
 	}
-	return decideKey(t, set, key, r, d)
+	return decideKey(t, set, key, r, rw, d)
 }
 
 // decideKey is decide for the client key of a header identity, whose
 // refusal in the deny cache is r (refuseCached's notDenied or inForce).
-func decideKey(t *Tollgate, set *policySet, key string, r int, d []int64) int {
+func decideKey(t *Tollgate, set *policySet, key string, r int, rw http.ResponseWriter, d []int64) int {
 	if r == inForce && set.denied.lookup(key, d) {
 		if t.notes != nil {
 			noteRegion(t.notes, set.ps, key, d, true)
+		} else if refuseCached(set.denied, key, rw) == refused { // the answer lookup prepared (or found)
+			return decidedAnswered
 		}
 		return decidedCache
 	}

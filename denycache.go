@@ -49,6 +49,11 @@ type denyCache struct {
 	// showsFull: its answers show the times until full (legacy and draft
 	// 07 headers' reset), so they change when those tick too (keep).
 	showsFull bool
+	// answers holds the prepared answers of a one-policy cache that shows
+	// no time until full, by what they show (answerKey): every client
+	// refused with the same tokens left and wait in seconds gets the same
+	// answer, prepared once (guarded by mu; at most maxAnswers).
+	answers map[int64]*refusal
 
 	mu      sync.Mutex // guards entries and last
 	entries map[string]*denial
@@ -181,7 +186,7 @@ func refuseCached(c *denyCache, key string, rw http.ResponseWriter) int {
 // equal waits there may change which policy counts it (decider) and which
 // the legacy headers describe.
 func (c *denyCache) keep(e *denial, d []int64) {
-	a := c.prepare(d)
+	a := c.answerFor(d)
 	until := e.until
 	for i := 2; i+1 < len(d); i += 3 { // each policy's wait, then its time until full
 		for j, m := range d[i : i+2] {
@@ -202,6 +207,46 @@ func (c *denyCache) keep(e *denial, d []int64) {
 	e.ans = a
 	e.ansUntil = until
 	c.mu.Unlock()
+}
+
+// maxAnswers bounds a cache's shared answers: a wait of up to an hour
+// in seconds, for a few counts of tokens left.
+const maxAnswers = 4096
+
+// answerFor returns the prepared answer to refusal d: one already
+// prepared for the same answer (answerKey), or one prepared now.
+func (c *denyCache) answerFor(d []int64) *refusal {
+	k := answerKey(c, d)
+	if k < 0 {
+		return c.prepare(d)
+	}
+	c.mu.Lock()
+	a := c.answers[k]
+	c.mu.Unlock()
+	if a != nil {
+		return a
+	}
+	a = c.prepare(d)
+	c.mu.Lock()
+	if c.answers == nil || len(c.answers) >= maxAnswers {
+		c.answers = make(map[int64]*refusal)
+	}
+	c.answers[k] = a
+	c.mu.Unlock()
+	return a
+}
+
+// answerKey names what the answer to refusal d shows, when that is all it
+// depends on: one policy, no time until full shown, its tokens left and
+// its wait in whole seconds (RateLimit's r and t, Retry-After and the
+// problem's retry). -1: the answer is d's alone (several policies, whose
+// waits in ms decide which one the answer names; a time until full
+// shown; a quota, whose window's length the policy header names; a cap).
+func answerKey(c *denyCache, d []int64) int64 {
+	if len(d) != 4 || c.showsFull || c.quota != nil || c.capped != nil || d[1] < 0 || d[1] >= 1<<20 || d[2] < 0 || d[2] >= 1<<40 {
+		return -1
+	}
+	return d[1]<<32 | ceilSecs(d[2])
 }
 
 // countDown subtracts elapsed ms from a positive duration, keeping it

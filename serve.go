@@ -82,7 +82,7 @@ func servePlain(t *Tollgate, rw http.ResponseWriter, req *http.Request, key stri
 	if key == "" {
 		how = decideAny(t, top, req, rw, d)
 	} else if r == inForce || t.notes != nil {
-		how = decideKey(t, top, key, r, d)
+		how = decideKey(t, top, key, r, rw, d)
 	} else if top.lease != nil {
 		how = callLeased(t, top, key, d) // the lease and the deny cache were ServeHTTP's
 	} else if redisCheck(t.be, top.cmd, key, d, &t.conf.Redis, t.hb) != nil {
@@ -126,7 +126,7 @@ func serveQuotas(t *Tollgate, rw http.ResponseWriter, req *http.Request, key str
 	if key == "" {
 		how = decideAny(t, top, req, rw, d)
 	} else if r == inForce || t.notes != nil {
-		how = decideKey(t, top, key, r, d)
+		how = decideKey(t, top, key, r, rw, d)
 	} else if redisCheck(t.be, v.cmd, key, d, &t.conf.Redis, t.hb) != nil {
 		how = fallback(t, top, key, d)
 	} else if d[0] != 1 {

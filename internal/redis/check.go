@@ -76,6 +76,7 @@ func PoolCheck(c *Pool, cmd *Command, key string, d []int64, timeout time.Durati
 	}
 	// cn.exchange and await, inlined: this is the hot path.
 	cl := newCall()
+	cl.d = d // its reader decodes the reply into d
 	err := send(cn, nil, cl, nil, cmd, cmd.shaHead, key, timeout, c.now)
 	if err == nil || cl.done {
 		mu := &cn.mu
@@ -92,9 +93,11 @@ func PoolCheck(c *Pool, cmd *Command, key string, d []int64, timeout time.Durati
 	if err != nil {
 		return c.failedOn(cn, err, cmd, key, d, timeout)
 	}
-	err = decode(cl.line, d, cmd) // answered, inlined
 	releaseCall(cl)
-	return err
+	if d[0] != 1 && cmd.verify != nil {
+		return cmd.verify(d)
+	}
+	return nil
 }
 
 // failedOn goes on after a check on cn failed with

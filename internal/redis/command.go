@@ -70,7 +70,7 @@ func appendCall(b []byte, cmd *Command, head []byte, key string) []byte {
 // decode parses a script's status line of numbers ("+1 4 0 1000\r\n", at
 // least 3 bytes) into d: exactly len(d) integers from 0 to the largest
 // int64, of 1 to maxDigits digits, single spaces between them. What the
-// numbers mean is the caller's to check. One pass and no call: the
+// numbers mean is cmd's verify's to check (cmd nil: the caller's). One pass and no call: the
 // interpreter's cheapest parse (fmt.Sscan boxes every target; strconv is a
 // call per number).
 func decode(line []byte, d []int64, cmd *Command) error {
@@ -100,7 +100,7 @@ func decode(line []byte, d []int64, cmd *Command) error {
 	if k != len(d) {
 		return ErrBadReply
 	}
-	if d[0] != 1 && cmd.verify != nil {
+	if d[0] != 1 && cmd != nil && cmd.verify != nil {
 		return cmd.verify(d)
 	}
 	return nil
@@ -110,6 +110,10 @@ func decode(line []byte, d []int64, cmd *Command) error {
 // digits overflow at most once, into a negative number, which decode
 // refuses.
 const maxDigits = 19
+
+// maxDecision is how many numbers of a decision a connection's reader
+// decodes inline (21 buckets); a longer one is decode's.
+const maxDecision = 64
 
 // Joints returns what a call writes between its keys: key i's suffix
 // and key i+1's length. A caller whose keys differ in length from call to

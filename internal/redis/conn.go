@@ -85,6 +85,7 @@ type call struct {
 	done     bool
 	waiting  bool          // its check sleeps on wake
 	wake     chan struct{} // capacity 1: one send per sleep
+	d        []int64       // not nil: the check's decision, which the status reply is decoded into instead of line (PoolCheck)
 }
 
 func newConn(nc net.Conn) *rconn {
@@ -112,6 +113,7 @@ func releaseCall(cl *call) {
 	cl.err = nil
 	cl.done = false
 	cl.waiting = false
+	cl.d = nil
 	calls.Put(cl)
 }
 
@@ -120,7 +122,11 @@ func finish(cl *call, line []byte, err error) {
 	if cl.done {
 		return
 	}
-	cl.line = append(cl.line[:0], line...)
+	if err == nil && cl.d != nil {
+		err = decode(line, cl.d, nil)
+	} else {
+		cl.line = append(cl.line[:0], line...)
+	}
 	cl.err, cl.done = err, true
 	wake(cl)
 }

@@ -91,9 +91,9 @@ func TestLostConnectionDoesNotWaitForTheHeartbeat(t *testing.T) {
 func TestReleasedCallIsFresh(t *testing.T) {
 	wake := make(chan struct{}, 1)
 	line := make([]byte, 1, 16)
-	cl := &call{sent: 1, timeout: 2, deadline: 3, line: line, err: ErrTimeout, done: true, waiting: true, wake: wake}
+	cl := &call{sent: 1, timeout: 2, deadline: 3, line: line, err: ErrTimeout, done: true, waiting: true, wake: wake, d: make([]int64, 4)}
 	releaseCall(cl)
-	if cl.sent != 0 || cl.timeout != 0 || cl.deadline != 0 || len(cl.line) != 0 || cl.err != nil || cl.done || cl.waiting {
+	if cl.sent != 0 || cl.timeout != 0 || cl.deadline != 0 || len(cl.line) != 0 || cl.err != nil || cl.done || cl.waiting || cl.d != nil {
 		t.Fatalf("released call: %+v; want it reset", cl)
 	}
 	if cl.wake != wake || cap(cl.line) != 16 {

@@ -28,6 +28,10 @@ func await(cn *rconn, cl *call) {
 // for calls answered since (readLoop).
 const staleDeadline = -2
 
+// longDecision is a decision longer than its reader decodes inline
+// (maxDecision numbers): decode reads it.
+const longDecision = -2
+
 // idleWatch is how often a reader with nothing owed looks whether its
 // connection is still its pool's (one dropped or forgotten while it
 // owed replies to no one, which CloseIdle skips, ends then).
@@ -69,6 +73,7 @@ func readLoop(cn *rconn, c *Pool) {
 	held = true
 	cn.readUntil = -1 // the dial's deadline is replaced below
 	var watch int64   // the idle watch's deadline, when the reader set one (monotonic ns)
+	dec := make([]int64, maxDecision)
 	for cn.dead == nil {
 		// The deadline is set under the lock: a call written meanwhile
 		// with an earlier one lowers it (send).
@@ -114,6 +119,36 @@ func readLoop(cn *rconn, c *Pool) {
 			if err != nil || len(cn.part) > 0 {
 				late = err != nil && isTimeout(err)
 				line, err = cn.readMore(line, err)
+			}
+		}
+		// decode, inlined: a status line's numbers, read here into dec
+		// (nums of them; -1: not a decision; longDecision: more than dec
+		// holds) rather than in the frame of the check they answer.
+		nums := -1
+		if e := len(line) - 2; err == nil && e >= 2 && line[0] == '+' && line[e] == '\r' {
+			nums = 0
+			start := 1 // where the number being read starts
+			var v int64
+			for i := 1; i <= e; i++ {
+				if b := line[i]; b == ' ' || i == e {
+					if i == start || i-start > maxDigits || v < 0 {
+						nums = -1
+						break
+					}
+					if nums == len(dec) {
+						nums = longDecision // decoded by finish's way
+						break
+					}
+					dec[nums] = v
+					nums++
+					v = 0
+					start = i + 1
+				} else if b -= '0'; b <= 9 {
+					v = v*10 + int64(b)
+				} else {
+					nums = -1
+					break
+				}
 			}
 		}
 		mu.Lock()
@@ -176,7 +211,15 @@ func readLoop(cn *rconn, c *Pool) {
 			extendTo(next[0], now)
 		}
 		if !cl.done {
-			cl.line = append(cl.line[:0], line...)
+			if d := cl.d; d == nil {
+				cl.line = append(cl.line[:0], line...)
+			} else if nums == len(d) {
+				copy(d, dec)
+			} else if nums == longDecision {
+				cl.err = decode(line, d, nil)
+			} else {
+				cl.err = ErrBadReply
+			}
 			cl.done = true
 			if cl.waiting {
 				cl.waiting = false

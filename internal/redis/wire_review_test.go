@@ -9,7 +9,7 @@ import (
 // reset there too (and TestReleasedCallIsFresh told of it), then counted
 // here.
 func TestReleaseCallResetsEveryField(t *testing.T) {
-	if n := reflect.TypeOf(call{}).NumField(); n != 8 {
-		t.Fatalf("call has %d fields, releaseCall resets 7 and keeps wake: reset the new one", n)
+	if n := reflect.TypeOf(call{}).NumField(); n != 9 {
+		t.Fatalf("call has %d fields, releaseCall resets 8 and keeps wake: reset the new one", n)
 	}
 }
