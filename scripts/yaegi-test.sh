@@ -17,9 +17,10 @@ trap 'rm -rf "$gopath"' EXIT
 mkdir -p "$gopath/src/github.com/tollgate-dev"
 ln -s "$root" "$gopath/src/$module"
 # The packages: directories with .go files, but for vendor/, the e2e module,
-# client/ (compiled Go for API consumers; Traefik never loads it), testdata
+# client/ and cmd/ (compiled Go for API consumers and operators; Traefik
+# never loads them), testdata
 # and what the go tool ignores (names starting with . or _).
-pkgs=$(cd "$root" && find . \( -path ./vendor -o -path ./e2e -o -path ./client -o -name testdata -o -name '.?*' -o -name '_*' \) -prune \
+pkgs=$(cd "$root" && find . \( -path ./vendor -o -path ./e2e -o -path ./client -o -path ./cmd -o -name testdata -o -name '.?*' -o -name '_*' \) -prune \
 	-o -type f -name '*.go' -printf '%h\n' | sort -u)
 cd "$gopath"
 failed=()
