@@ -47,6 +47,13 @@ func New(_ context.Context, next http.Handler, cfg *config.Config, name string) 
 		}
 		return h, nil
 	}
+	if cfg != nil && cfg.ServeAdmin {
+		h, err := adminEndpoint(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("tollgate %s: %w", name, err)
+		}
+		return h, nil
+	}
 	conf, err := config.Compile(cfg, name)
 	if err != nil {
 		return nil, fmt.Errorf("tollgate %s: %w", name, err)
@@ -80,6 +87,8 @@ func New(_ context.Context, next http.Handler, cfg *config.Config, name string) 
 			atomic.StoreInt64(&p.Metrics.Capped, 1)
 		}
 	}
+	t.adm = shared.admins.forClass(conf.Class)
+	t.admOn = &t.adm.on
 	hb, floor := t.hb, conf.Replicas
 	shared.metrics.Class(conf.Class, func(now int64) int64 { return replicasSeen(hb, floor, now) }, now)
 	if top := conf.TopPolicies(); top != nil {
@@ -88,6 +97,7 @@ func New(_ context.Context, next http.Handler, cfg *config.Config, name string) 
 		t.capped = t.top.policyValue != nil && t.top.capped && !t.top.shadow && !t.top.costed && !t.top.ownKeys && !t.top.quotas &&
 			len(conf.Rules) == 0 && conf.Plans == nil && conf.Exempt == nil && t.notes == nil
 	}
+	t.adm.join(t, now) // built: the admin endpoint may read it
 	return t, nil
 }
 
@@ -194,6 +204,10 @@ type Tollgate struct {
 	plain  bool           // ServeHTTP's common case applies: top alone, plain (see policySet)
 	capped bool           // top alone, with a concurrency cap and nothing else of the general path's (serveCapped)
 
-	mu   sync.Mutex // guards sets
-	sets map[uint64]*policySet
+	adm   *classAdmin // the class's overrides and resets (admin.go)
+	admOn *int32      // &adm.on: ServeHTTP's one load for it
+
+	mu       sync.Mutex // guards sets and overSets
+	sets     map[uint64]*policySet
+	overSets map[string]*policySet // by override (admin.go)
 }

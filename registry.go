@@ -63,6 +63,9 @@ type registry struct {
 	regionsMu sync.Mutex
 	regions   map[string]*regions.Exchanger // region exchanges, by configuration (exchangerFor)
 	lastNew   int64                         // monotonic ns of the latest New, of any middleware
+
+	admins       admins // operators' overrides and resets, by class (admin.go)
+	adminChanges int64  // changes made through serveAdmin middlewares (atomic)
 }
 
 // classClaim is the middleware name a derived class was last built for.
@@ -248,6 +251,7 @@ func (r *registry) writeMetrics(w *bufio.Writer, only map[string]bool) {
 	if only != nil {
 		return
 	}
+	fmt.Fprintf(w, "# HELP tollgate_admin_changes_total Changes made through serveAdmin middlewares (resets, overrides set and removed).\n# TYPE tollgate_admin_changes_total counter\ntollgate_admin_changes_total %d\n", atomic.LoadInt64(&r.adminChanges))
 	metrics.WriteDenyEntries(w, deniesWatched.entries())
 	metrics.WriteRedis(w, r.redisRows(now))
 	metrics.WriteRegions(w, r.regionRows())

@@ -39,6 +39,9 @@ import (
 // everything else (refusals, 503s, other header modes, rules, shards) is
 // out of line in answer.
 func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
+	if atomic.LoadInt32(t.admOn) != 0 && serveOverridden(t, rw, req) {
+		return // the class syncs its overrides and resets (admin.go)
+	}
 	if !t.plain {
 		if t.capped {
 			serveCapped(t, rw, req)

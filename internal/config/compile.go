@@ -49,6 +49,9 @@ type Settings struct {
 	Digits      int   // width of the shard number in keys
 	KeyLen      int   // length of a client key in Redis (sharded or not)
 	Leases      bool  // the top level or a plan leases (lease.go): every call honours leases
+	// MaxOverrides bounds the per-key overrides kept for the class
+	// (Config.MaxOverrides; the root's admin.go).
+	MaxOverrides int64
 	// Quotas (quota.go), charged with their owner: the top level's (also
 	// with no top-level rate), plans[i]'s and rules[i]'s. (Not in policy:
 	// Yaegi refuses a struct type that holds a slice of itself.)
@@ -76,6 +79,43 @@ func CheckMetricsOnly(cfg *Config) error {
 	return nil
 }
 
+// MaxOverrides bounds Config.MaxOverrides; DefaultOverrides is its
+// default.
+const (
+	MaxOverrides     = 30000
+	DefaultOverrides = 10000
+	maxAdminClasses  = 64
+)
+
+// CompileAdmin validates a serveAdmin middleware's config and returns the
+// classes it may see and change.
+func CompileAdmin(cfg *Config) ([]string, error) {
+	if err := checkWords(cfg); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.ServeMetrics:
+		return nil, errors.New("serveAdmin: serveMetrics is set too (one endpoint a middleware)")
+	case cfg.Average != 0:
+		return nil, fmt.Errorf("serveAdmin: an admin endpoint applies no limit, but average is %d (put the limit on a middleware of its own)", cfg.Average)
+	case len(cfg.Rules) > 0:
+		return nil, fmt.Errorf("serveAdmin: an admin endpoint applies no limit, but %d rules are set", len(cfg.Rules))
+	case len(cfg.AdminClasses) == 0:
+		return nil, errors.New("adminClasses: required with serveAdmin: the classes this endpoint may see and change")
+	case len(cfg.AdminClasses) > maxAdminClasses:
+		return nil, fmt.Errorf("adminClasses: %d classes, at most %d are allowed", len(cfg.AdminClasses), maxAdminClasses)
+	}
+	var out []string
+	for i, c := range cfg.AdminClasses {
+		c = strings.TrimSpace(c)
+		if err := CheckName(fmt.Sprintf("adminClasses[%d]", i), c); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
 // Compile validates cfg and prepares everything ServeHTTP needs.
 func Compile(cfg *Config, name string) (*Settings, error) {
 	if cfg == nil {
@@ -84,7 +124,13 @@ func Compile(cfg *Config, name string) (*Settings, error) {
 	if err := checkWords(cfg); err != nil {
 		return nil, err
 	}
-	s := &Settings{}
+	s := &Settings{MaxOverrides: orDefault(cfg.MaxOverrides, DefaultOverrides)}
+	if cfg.ServeAdmin || len(cfg.AdminClasses) > 0 {
+		return nil, errors.New("adminClasses: set, but serveAdmin is not (an admin endpoint is a middleware of its own: serveAdmin: true, adminClasses: [...])")
+	}
+	if cfg.MaxOverrides < 0 || cfg.MaxOverrides > MaxOverrides {
+		return nil, fmt.Errorf("maxOverrides: %d is not between 0 and %d", cfg.MaxOverrides, MaxOverrides)
+	}
 	if len(cfg.MetricsClasses) > 0 {
 		return nil, errors.New("metricsClasses: set, but serveMetrics is not (it restricts what a metrics endpoint serves)")
 	}
@@ -239,7 +285,14 @@ func Compile(cfg *Config, name string) (*Settings, error) {
 	if s.PlanHeader != "" && s.PlanHeader == s.Source.Header {
 		return nil, fmt.Errorf("planHeader: %q is also the client key's header (sourceCriterion.requestHeaderName)", cfg.PlanHeader)
 	}
-	s.ByHeader = s.Source.Header != "" && s.Shards <= 1
+	for _, h := range s.Source.Headers {
+		if s.PlanHeader == h {
+			return nil, fmt.Errorf("planHeader: %q is also one of the client key's headers (sourceCriterion.requestHeaderNames)", cfg.PlanHeader)
+		}
+	}
+	// A composite key (Source.Headers) is never ByHeader: the fast paths
+	// hash Source.Header alone, its identity is built by identity.
+	s.ByHeader = s.Source.Header != "" && s.Source.Headers == nil && s.Shards <= 1
 	for _, p := range append([]*Policy{s.Top}, s.Plans...) {
 		s.Leases = s.Leases || p != nil && p.Lease.Max > 0
 	}

@@ -119,6 +119,22 @@ type Config struct {
 	// every class of the process. At most 64 names (from labels:
 	// comma-separated). Default none: every series.
 	MetricsClasses []string `json:"metricsClasses,omitempty" yaml:"metricsClasses,omitempty" toml:"metricsClasses,omitempty"`
+	// ServeAdmin makes this middleware the operators' endpoint for the
+	// classes in AdminClasses (docs/admin.md): GET shows a client key's
+	// state, DELETE refills it (or drops its override), PUT sets a per-key
+	// override of the class's top-level limit. Like serveMetrics it
+	// answers every request it sees and applies no limit. Put it on an
+	// internal entry point behind basicAuth or ipAllowList. Default false.
+	ServeAdmin bool `json:"serveAdmin,omitempty" yaml:"serveAdmin,omitempty" toml:"serveAdmin,omitempty"`
+	// AdminClasses names the classes a serveAdmin middleware may see and
+	// change; required with serveAdmin, at most 64 (from labels:
+	// comma-separated).
+	AdminClasses []string `json:"adminClasses,omitempty" yaml:"adminClasses,omitempty" toml:"adminClasses,omitempty"`
+	// MaxOverrides bounds the per-key overrides of this middleware's class
+	// that each pod keeps (set through a serveAdmin middleware); past it,
+	// the overrides that expire first are honoured. Default 10000; at
+	// most 30000.
+	MaxOverrides int64 `json:"maxOverrides,omitempty" yaml:"maxOverrides,omitempty" toml:"maxOverrides,omitempty"`
 	// Redis is the shared store.
 	Redis RedisConfig `json:"redis,omitempty" yaml:"redis,omitempty" toml:"redis,omitempty"`
 	// Region, when set, makes this fleet one region of several, each with
@@ -177,6 +193,14 @@ type SourceCriterion struct {
 	// RequestHeaderName keys clients by this header's value; when the header
 	// is absent the client IP (IPStrategy) is used.
 	RequestHeaderName string `json:"requestHeaderName,omitempty" yaml:"requestHeaderName,omitempty" toml:"requestHeaderName,omitempty"`
+	// RequestHeaderNames keys clients by the values of these headers
+	// together, one value (the first line) of each: [X-Tenant, X-User]
+	// gives tenant a's user 1 a bucket of its own. When one of them is
+	// absent or empty, the client IP (IPStrategy) is used. At most 8, each
+	// named once; one name is RequestHeaderName. Not with
+	// RequestHeaderName or RequestHost. Default none; labels write it
+	// comma-separated.
+	RequestHeaderNames []string `json:"requestHeaderNames,omitempty" yaml:"requestHeaderNames,omitempty" toml:"requestHeaderNames,omitempty"`
 	// RequestHost keys clients by the request's Host.
 	RequestHost bool `json:"requestHost,omitempty" yaml:"requestHost,omitempty" toml:"requestHost,omitempty"`
 	// IPStrategy picks the client IP.
