@@ -4,18 +4,20 @@ package tollgate
 // client key's state, refills it, and sets per-key overrides of its
 // class's top-level rate, kept in Redis so that every pod honours them.
 //
-// What a class's pods share, in one Redis hash per class, adminKey
-// (tg{hb:<class>}adm, beside the class's heartbeat), by client key k:
+// What a class's pods share, in two Redis hashes per class beside its
+// heartbeat (one slot), by client key k:
 //
-//	o:<k>  an override: "average burst periodNS expiresMS" (config.EncodeOverride)
-//	r:<k>  the latest reset of the key: Unix ms
+//	tg{hb:<class>}adm   o:<k>  an override: "average burst periodNS expiresMS" (config.EncodeOverride)
+//	                    v      the overrides' version, counted up by every change of them
+//	tg{hb:<class>}admr  <k>    the key's latest reset, Unix ms (kept resetKeep)
 //
-// Each pod reads the hash at most every adminSync, when requests of the
-// class come: on a goroutine of its own (the request goes on), or, when
-// the last read is over adminStale old (the class was idle), in the
-// request's own time, so that no request is decided on older state (the
-// first request after an idle spell waits one round trip; after a failed
-// read, requests go on meanwhile). Overrides are replaced as a whole, and
+// Each pod reads the version and the resets at most every adminSync
+// (the overrides only when their version changed), when requests of the
+// class come, on a goroutine of its own: the request goes on, unless the
+// last read is over adminStale old (the class was idle), when it waits for
+// the read, at most twice the Redis timeout, so that no request is decided
+// on older state while Redis answers (the first requests after an idle
+// spell wait one round trip; after a failed read, none waits). Overrides are replaced as a whole, and
 // a reset newer than the last seen drops the key's refusals from the deny
 // caches and its leases. A class syncs once an admin middleware of this
 // process names it, or once its heartbeat finds the hash in Redis; until
@@ -58,16 +60,20 @@ const (
 
 // classAdmin is one class's admin state in this process.
 type classAdmin struct {
-	class  string
-	on     int32      // atomic: the class syncs (an admin middleware names it, or Redis holds its hash)
-	synced int64      // atomic: monotonic ns when the last sync began
-	failed int32      // atomic: the last sync failed (requests do not wait for the next)
-	busy   int32      // atomic: a sync runs on a goroutine of its own
-	syncs  int64      // atomic: syncs that read the hash
-	syncMu sync.Mutex // held by a request's own sync
+	class   string
+	on      int32         // atomic: the class syncs (an admin middleware names it, or Redis holds its hashes)
+	fresh   int64         // atomic: monotonic ns when the last sync that read Redis began
+	started int64         // atomic: monotonic ns when the last sync began
+	failed  int32         // atomic: the last sync failed (requests do not wait for the next)
+	syncs   int64         // atomic: syncs that read Redis
+	running chan struct{} // closed when the running sync ends; nil: none runs (guarded by mu)
 
 	n    int64        // atomic: overrides in over
 	over atomic.Value // map[string]config.Override by client key, replaced whole
+
+	version string // the overrides' version read last (sync only)
+	loaded  bool   // the overrides were read once (sync only)
+	expiry  int64  // the first expiry of over, Unix ms on Redis's clock; 0: none (sync only)
 
 	mu      sync.Mutex
 	members []adminMember     // the class's limiters, newest last (join)
@@ -142,14 +148,16 @@ func (a *classAdmin) latest() *Tollgate {
 	return a.members[len(a.members)-1].t
 }
 
-func adminKey(class string) string { return "tg{hb:" + class + "}adm" }
+// adminKey and resetsKey name a class's hashes (see the top of the file).
+func adminKey(class string) string  { return "tg{hb:" + class + "}adm" }
+func resetsKey(class string) string { return "tg{hb:" + class + "}admr" }
 
 // serveOverridden is ServeHTTP's first step for a class that syncs: the
 // class's state brought up to date (refresh), and the request served
 // under its key's override when it has one (true).
 func serveOverridden(t *Tollgate, rw http.ResponseWriter, req *http.Request) bool {
 	a := t.adm
-	if now := t.be.now(); now-atomic.LoadInt64(&a.synced) >= int64(adminSync) {
+	if now := t.be.now(); now-atomic.LoadInt64(&a.fresh) >= int64(adminSync) {
 		a.refresh(t, now)
 	}
 	if atomic.LoadInt64(&a.n) == 0 || t.top == nil {
@@ -172,25 +180,36 @@ func serveOverridden(t *Tollgate, rw http.ResponseWriter, req *http.Request) boo
 	return true
 }
 
-// refresh syncs a, its last sync adminSync old or more at now: on a
-// goroutine of its own, or in the caller's time when the last is over
-// adminStale old and did not fail (see the top of this file).
+// refresh starts a sync of a, unless one runs or began within adminSync
+// of now, and waits for the running one, at most twice the Redis
+// timeout, when a's state is over adminStale old and the last sync did
+// not fail (see the top of this file).
 func (a *classAdmin) refresh(t *Tollgate, now int64) {
 	be, max := t.be, t.conf.MaxOverrides
-	if now-atomic.LoadInt64(&a.synced) < int64(adminStale) || atomic.LoadInt32(&a.failed) != 0 {
-		if atomic.CompareAndSwapInt32(&a.busy, 0, 1) {
-			go func() {
-				defer atomic.StoreInt32(&a.busy, 0)
-				a.sync(be, max)
-			}()
-		}
+	a.mu.Lock()
+	done := a.running
+	if done == nil && now-atomic.LoadInt64(&a.started) >= int64(adminSync) {
+		done = make(chan struct{})
+		a.running = done
+		atomic.StoreInt64(&a.started, now)
+		go func() {
+			a.sync(be, max, now)
+			a.mu.Lock()
+			a.running = nil
+			a.mu.Unlock()
+			close(done)
+		}()
+	}
+	a.mu.Unlock()
+	if done == nil || atomic.LoadInt32(&a.failed) != 0 || now-atomic.LoadInt64(&a.fresh) < int64(adminStale) {
 		return
 	}
-	a.syncMu.Lock()
-	if be.now()-atomic.LoadInt64(&a.synced) >= int64(adminStale) {
-		a.sync(be, max)
+	wait := time.NewTimer(2 * t.conf.Redis.Timeout)
+	select {
+	case <-done:
+	case <-wait.C:
 	}
-	a.syncMu.Unlock()
+	wait.Stop()
 }
 
 // overrideSet returns the policy set of t's top level under override o,
@@ -229,53 +248,97 @@ func (t *Tollgate) buildOverride(o config.Override) *policySet {
 	return t.prepared(withHeaders(newPolicySet(ps, t.conf.KeyLen), t.conf.Headers))
 }
 
-// sync reads the class's hash: its overrides replace the pod's (at most
-// max, those expiring last dropped first), and its new resets drop the
-// keys' refusals and leases.
-func (a *classAdmin) sync(be *backend, max int64) {
-	atomic.StoreInt64(&a.synced, be.now())
-	fields, now, err := adminRead(be, a.class)
-	if err != nil {
+// sync reads the class's version and resets, and its overrides when
+// their version changed (or drops those past their expiry): they replace
+// the pod's (at most max, those expiring first kept), and its new resets
+// drop the keys' refusals and leases.
+func (a *classAdmin) sync(be *backend, max int64, began int64) {
+	if !a.read(be, max) {
 		atomic.StoreInt32(&a.failed, 1)
 		return // the checks see Redis's faults; the overrides stay as they were
 	}
+	atomic.StoreInt64(&a.fresh, began)
 	atomic.StoreInt32(&a.failed, 0)
-	over := map[string]config.Override{}
-	var resets []string
-	seen := map[string]bool{}
-	for f, v := range fields {
-		switch {
-		case strings.HasPrefix(f, "o:"):
-			if o, err := config.DecodeOverride(v); err == nil && o.ExpiresMS > now {
-				over[f[2:]] = o
-			}
-		case strings.HasPrefix(f, "r:"):
-			seen[f] = true
-			a.mu.Lock()
-			old, had := a.resets[f]
-			a.resets[f] = v
-			a.mu.Unlock()
-			if had && old != v || !had && resetFresh(v, now) {
-				resets = append(resets, f[2:])
+	atomic.AddInt64(&a.syncs, 1)
+}
+
+// read is sync's exchange with Redis; false when it failed.
+func (a *classAdmin) read(be *backend, max int64) bool {
+	k, rk := adminKey(a.class), resetsKey(a.class)
+	b := redis.AppendCommand(redis.AppendCommand(redis.AppendCommand(nil, "TIME"), "HGET", k, "v"), "HGETALL", rk)
+	r, err := be.rc.SideDo(k, b, 3)
+	if err != nil {
+		return false
+	}
+	now, err := redisMS(r[0])
+	if err != nil || len(r[1]) > 1 || len(r[2])%2 != 0 || len(r[2]) > 0 && strings.HasPrefix(r[2][0], "-") {
+		return false
+	}
+	version := ""
+	if len(r[1]) == 1 {
+		version = r[1][0]
+	}
+	if version != a.version || !a.loaded {
+		fields, _, err := adminRead(be, a.class)
+		if err != nil {
+			return false
+		}
+		over := map[string]config.Override{}
+		for f, v := range fields {
+			if strings.HasPrefix(f, "o:") {
+				if o, err := config.DecodeOverride(v); err == nil && o.ExpiresMS > now {
+					over[f[2:]] = o
+				}
 			}
 		}
+		a.version, a.loaded = version, true
+		a.setOverrides(over, max)
+	} else if a.expiry != 0 && now >= a.expiry {
+		over := map[string]config.Override{}
+		for key, o := range a.over.Load().(map[string]config.Override) {
+			if o.ExpiresMS > now {
+				over[key] = o
+			}
+		}
+		a.setOverrides(over, max)
 	}
+	var resets []string
+	seen := map[string]bool{}
 	a.mu.Lock()
+	for i := 0; i+1 < len(r[2]); i += 2 {
+		f, v := r[2][i], r[2][i+1]
+		seen[f] = true
+		old, had := a.resets[f]
+		a.resets[f] = v
+		if had && old != v || !had && resetFresh(v, now) {
+			resets = append(resets, f)
+		}
+	}
 	for f := range a.resets {
 		if !seen[f] {
 			delete(a.resets, f)
 		}
 	}
 	a.mu.Unlock()
+	for _, key := range resets {
+		a.forget(key)
+	}
+	return true
+}
+
+// setOverrides makes over (at most max of it) the class's overrides.
+func (a *classAdmin) setOverrides(over map[string]config.Override, max int64) {
 	if int64(len(over)) > max {
 		over = keepFirstExpiring(over, max)
 	}
+	a.expiry = 0
+	for _, o := range over {
+		if a.expiry == 0 || o.ExpiresMS < a.expiry {
+			a.expiry = o.ExpiresMS
+		}
+	}
 	a.over.Store(over)
 	atomic.StoreInt64(&a.n, int64(len(over)))
-	atomic.AddInt64(&a.syncs, 1)
-	for _, k := range resets {
-		a.forget(k)
-	}
 }
 
 // resetFresh reports whether a reset stamped v (Unix ms) a pod that just
@@ -556,13 +619,18 @@ func (h *adminHandler) inspect(rw http.ResponseWriter, t *Tollgate, a *classAdmi
 // held), the key's override, pipelined on the key's node.
 func adminPeek(t *Tollgate, key, shown string) (*adminView, error) {
 	ps := t.conf.TopPolicies()
-	over, rms, err := adminRead(t.be, t.conf.Class)
+	hk := adminKey(t.conf.Class)
+	r, err := t.be.rc.SideDo(hk, redis.AppendCommand(redis.AppendCommand(nil, "TIME"), "HGET", hk, "o:"+key), 2)
+	if err != nil {
+		return nil, err
+	}
+	rms, err := redisMS(r[0])
 	if err != nil {
 		return nil, err
 	}
 	var ov *config.Override
-	if s, ok := over["o:"+key]; ok {
-		if o, err := config.DecodeOverride(s); err == nil && o.ExpiresMS > rms {
+	if len(r[1]) == 1 {
+		if o, err := config.DecodeOverride(r[1][0]); err == nil && o.ExpiresMS > rms {
 			ov = &o
 			if set := t.overrideSet(o); set != nil {
 				ps = set.ps
@@ -684,7 +752,7 @@ func (h *adminHandler) reset(rw http.ResponseWriter, req *http.Request, t *Tollg
 	what := "reset"
 	if override {
 		what = "override removed"
-		if _, err := t.be.rc.SideDo(hk, redis.AppendCommand(nil, "HDEL", hk, "o:"+key), 1); err != nil {
+		if _, err := t.be.rc.SideDo(hk, redis.AppendCommand(redis.AppendCommand(nil, "HDEL", hk, "o:"+key), "HINCRBY", hk, "v", "1"), 2); err != nil {
 			adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
 			return
 		}
@@ -720,7 +788,7 @@ func (h *adminHandler) reset(rw http.ResponseWriter, req *http.Request, t *Tollg
 			}
 		}
 	}
-	if err := adminMark(t, hk, key); err != nil {
+	if err := adminMark(t, key); err != nil {
 		adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
 		return
 	}
@@ -729,28 +797,52 @@ func (h *adminHandler) reset(rw http.ResponseWriter, req *http.Request, t *Tollg
 	rw.WriteHeader(http.StatusNoContent)
 }
 
-// adminMark records a change of key in the class's hash (its reset time,
-// which every pod's sync sees) and drops the resets and overrides past
-// their time.
-func adminMark(t *Tollgate, hk, key string) error {
-	fields, now, err := adminRead(t.be, t.conf.Class)
+// adminMark records a reset of key (its time, which every pod's sync
+// sees) and drops the resets older than resetKeep.
+func adminMark(t *Tollgate, key string) error {
+	rk := resetsKey(t.conf.Class)
+	r, err := t.be.rc.SideDo(rk, redis.AppendCommand(redis.AppendCommand(nil, "TIME"), "HGETALL", rk), 2)
 	if err != nil {
 		return err
 	}
-	b := redis.AppendCommand(nil, "HSET", hk, "r:"+key, strconv.FormatInt(now, 10))
+	now, err := redisMS(r[0])
+	if err != nil || len(r[1])%2 != 0 {
+		return redis.ErrBadReply
+	}
+	b := redis.AppendCommand(nil, "HSET", rk, key, strconv.FormatInt(now, 10))
 	n := 1
-	for f, v := range fields {
-		stale := false
-		if strings.HasPrefix(f, "r:") {
-			ms, err := strconv.ParseInt(v, 10, 64)
-			stale = err != nil || now-ms > resetKeep.Milliseconds()
-		} else if o, err := config.DecodeOverride(v); err != nil || o.ExpiresMS <= now {
-			stale = true
-		}
-		if stale && f != "r:"+key {
-			b = redis.AppendCommand(b, "HDEL", hk, f)
+	for i := 0; i+1 < len(r[1]); i += 2 {
+		ms, err := strconv.ParseInt(r[1][i+1], 10, 64)
+		if f := r[1][i]; f != key && (err != nil || now-ms > resetKeep.Milliseconds()) {
+			b = redis.AppendCommand(b, "HDEL", rk, f)
 			n++
 		}
+	}
+	_, err = t.be.rc.SideDo(rk, b, n)
+	return err
+}
+
+// sweepOverrides drops the class's overrides past their expiry (at now,
+// Unix ms on Redis's clock) from its hash: pods ignore them, this keeps
+// the hash from growing.
+func sweepOverrides(t *Tollgate, now int64) error {
+	hk := adminKey(t.conf.Class)
+	fields, _, err := adminRead(t.be, t.conf.Class)
+	if err != nil {
+		return err
+	}
+	var b []byte
+	n := 0
+	for f, v := range fields {
+		if strings.HasPrefix(f, "o:") {
+			if o, err := config.DecodeOverride(v); err != nil || o.ExpiresMS <= now {
+				b = redis.AppendCommand(b, "HDEL", hk, f)
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return nil
 	}
 	_, err = t.be.rc.SideDo(hk, b, n)
 	return err
@@ -777,18 +869,26 @@ func (h *adminHandler) override(rw http.ResponseWriter, req *http.Request, t *To
 		adminFail(rw, http.StatusBadRequest, field, err.Error())
 		return
 	}
-	_, rms, err := adminRead(t.be, t.conf.Class)
+	hk := adminKey(t.conf.Class)
+	r, err := t.be.rc.SideDo(hk, redis.AppendCommand(nil, "TIME"), 1)
+	var rms int64
+	if err == nil {
+		rms, err = redisMS(r[0])
+	}
+	if err == nil {
+		err = sweepOverrides(t, rms)
+	}
 	if err != nil {
 		adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
 		return
 	}
 	o.ExpiresMS += rms // ParseOverride's ttl, from Redis's TIME
-	hk := adminKey(t.conf.Class)
-	if _, err := t.be.rc.SideDo(hk, redis.AppendCommand(nil, "HSET", hk, "o:"+key, config.EncodeOverride(o)), 1); err != nil {
+	b := redis.AppendCommand(redis.AppendCommand(nil, "HSET", hk, "o:"+key, config.EncodeOverride(o)), "HINCRBY", hk, "v", "1")
+	if _, err := t.be.rc.SideDo(hk, b, 2); err != nil {
 		adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
 		return
 	}
-	if err := adminMark(t, hk, key); err != nil {
+	if err := adminMark(t, key); err != nil {
 		adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
 		return
 	}

@@ -84,7 +84,7 @@ func replicasSeen(hb *heartbeat, floor, now int64) int64 {
 //	ZREMRANGEBYSCORE key -inf <TIME ms - 3 heartbeats>
 //	PEXPIRE key <3 heartbeats>
 //	ZCARD key
-//	EXISTS key+"adm" (admin.go: a class whose keys an operator changed syncs)
+//	EXISTS key+"adm" key+"admr" (admin.go: a class whose keys an operator changed syncs)
 //
 // Plain commands, not a script: Redis's clock is read first, and the
 // replies are small integers. (A script would show up among the bucket
@@ -111,7 +111,7 @@ func heartbeatOn(c *redis.Pool, batch []*heartbeat, now int64) {
 		b = redis.AppendCommand(b, "ZREMRANGEBYSCORE", hb.key, "-inf", strconv.FormatInt(ms-ttlMS, 10))
 		b = redis.AppendCommand(b, "PEXPIRE", hb.key, strconv.FormatInt(ttlMS, 10))
 		b = redis.AppendCommand(b, "ZCARD", hb.key)
-		b = redis.AppendCommand(b, "EXISTS", hb.key+"adm") // the class's overrides and resets (admin.go)
+		b = redis.AppendCommand(b, "EXISTS", hb.key+"adm", hb.key+"admr") // the class's overrides and resets (admin.go)
 	}
 	replies, err := c.SideDo(b, 5*len(batch))
 	if err != nil {
@@ -122,7 +122,7 @@ func heartbeatOn(c *redis.Pool, batch []*heartbeat, now int64) {
 		for j := 0; j < 4 && n >= 0; j++ {
 			n = replyInt(replies[5*i+j])
 		}
-		if replyInt(replies[5*i+4]) == 1 && strings.HasPrefix(hb.key, "tg{hb:") && strings.HasSuffix(hb.key, "}") {
+		if replyInt(replies[5*i+4]) >= 1 && strings.HasPrefix(hb.key, "tg{hb:") && strings.HasSuffix(hb.key, "}") {
 			atomic.StoreInt32(&shared.admins.forClass(hb.key[6:len(hb.key)-1]).on, 1) // an admin middleware elsewhere changed a key of it
 		}
 		if n > 0 {

@@ -113,7 +113,7 @@ var (
 // Redis of each limiter that has one of its own (see redisOf) and the
 // backend.
 type addrs struct {
-	redis  string // the shared one: /redis, /tollgate, /minimal, the body routes through /tollgate
+	redis  string // the shared one: /redis, /tollgate, /minimal, the body routes through /tollgate, the override routes
 	leased string // /leased's
 	quota  string // /quota's
 	capped string // /capped's
@@ -134,7 +134,9 @@ func sameRedis(addr string) addrs {
 // dynamicConf is the routers and their limiters, l's limits in each but
 // the harness shape's refusal routes, always rejectMost's (the empty
 // middleware refuses all in rejectMost, else passes all); each limiter on
-// its Redis in a; every router's service on a.backend.
+// its Redis in a; every router's service on a.backend; and the metrics
+// and admin endpoints (the admin one names the override routes' classes,
+// overrides.go).
 func dynamicConf(a addrs, l limits) map[string]interface{} {
 	if a.cost == "" {
 		a.cost = a.redis
@@ -154,7 +156,7 @@ func dynamicConf(a addrs, l limits) map[string]interface{} {
 		}
 		routers[name] = rt
 	}
-	for _, r := range append(append([]string(nil), routes...), leased, quota, capped, refuseTollgate, refuseRedis) {
+	for _, r := range append(append(append([]string(nil), routes...), leased, quota, capped, refuseTollgate, refuseRedis), overrideRoutes...) {
 		if r == "none" {
 			router(r)
 		} else {
@@ -168,6 +170,10 @@ func dynamicConf(a addrs, l limits) map[string]interface{} {
 	// served by a Tollgate middleware with serveMetrics.
 	routers[metricsRoute] = map[string]interface{}{"rule": "Path(`/" + metricsRoute + "`)", "service": "noop@internal",
 		"entryPoints": []interface{}{"web"}, "middlewares": []interface{}{metricsRoute}}
+	// The admin endpoint, whose adminClasses make the override routes'
+	// classes sync (overrides.go).
+	routers[adminRoute] = map[string]interface{}{"rule": "PathPrefix(`/" + adminRoute + "`)", "service": "noop@internal",
+		"entryPoints": []interface{}{"web"}, "middlewares": []interface{}{adminRoute}}
 	middlewares := map[string]interface{}{
 		"inmem-limit":    rateLimitConf(l, ""),
 		"redis-limit":    rateLimitConf(l, a.redis),
@@ -186,6 +192,10 @@ func dynamicConf(a addrs, l limits) map[string]interface{} {
 		headerCost + "-limit":     tollgateConf(l, "tollgate", a.cost, map[string]interface{}{"responseCost": headerCostConf()}),
 		bodyCost + "-limit":       tollgateConf(l, "tollgate", a.cost, map[string]interface{}{"responseCost": bodyCostConf()}),
 		metricsRoute:              map[string]interface{}{"plugin": map[string]interface{}{"tollgate": map[string]interface{}{"serveMetrics": true}}},
+		adminRoute:                adminConf(),
+	}
+	for _, c := range overrideRoutes { // /tollgate's, in a class of its own that adminRoute names
+		middlewares[c+"-limit"] = tollgateConf(l, "tollgate", a.redis, map[string]interface{}{"class": c})
 	}
 	if a.before != "" {
 		middlewares["before-limit"] = tollgateConf(l, beforePlugin, a.before, nil)
@@ -237,15 +247,18 @@ type bench struct {
 	cost    *e2e.Redis // the response-cost routes' (responsecost.go)
 	refuse  *e2e.Redis // the harness shape's refusal routes' (shape.go)
 	backend *backend   // every route's (bodies.go)
-	fleet   *e2e.Fleet
-	traefik *e2e.Traefik
-	script  string // wrk Lua script
-	hot     string // wrk Lua script of the hot-key load
-	wrkDur  time.Duration
-	conns   int
-	gc      bool        // profile every saturation run (profiles)
-	profile string      // -profile: where /tollgate's first admitted run's profile goes
-	prof    []cpuSample // the profiles taken, in order
+	// overrides is how many overrides /ovr10k's class holds on redis
+	// (-overrides; overrides.go).
+	overrides int
+	fleet     *e2e.Fleet
+	traefik   *e2e.Traefik
+	script    string // wrk Lua script
+	hot       string // wrk Lua script of the hot-key load
+	wrkDur    time.Duration
+	conns     int
+	gc        bool        // profile every saturation run (profiles)
+	profile   string      // -profile: where /tollgate's first admitted run's profile goes
+	prof      []cpuSample // the profiles taken, in order
 }
 
 // redisOf is the Redis that route's limiter uses: the earlier revision's,
@@ -288,7 +301,7 @@ func (b *bench) addrs() addrs {
 // empty middleware refuses or passes as l says.
 func (b *bench) apply(l limits) error {
 	probes := []string{"/tollgate", "/" + leased, "/" + quota, "/" + capped, "/minimal", "/empty",
-		"/" + costRouteFor(bodyJSON, readsHeader), "/" + costRouteFor(bodyJSON, readsBody)}
+		"/" + costRouteFor(bodyJSON, readsHeader), "/" + costRouteFor(bodyJSON, readsBody), "/" + ovr0, "/" + ovr10k}
 	if b.before != nil {
 		probes = append(probes, "/before")
 	}

@@ -32,6 +32,15 @@
 //	           /tollgate and /redis but refusing almost all (rejectMost)
 //	           whatever the pass, on a Redis of their own: the refusal
 //	           rows of the independent harness's shape only (shape.go)
+//	/ovr0, /ovr10k
+//	           Tollgate configured as /tollgate, on the same Redis, but
+//	           each in a class of its own (class: ovr0, class: ovr10k)
+//	           that /tgadmin names, so that it syncs its per-key
+//	           overrides: none in ovr0's, -overrides (10,000) of keys not
+//	           in the load in ovr10k's, loaded into Redis before the runs;
+//	           rows of the independent harness's shape only (overrides.go)
+//	/tgadmin   the admin endpoint (serveAdmin: true, adminClasses: [ovr0,
+//	           ovr10k]), which makes those classes sync
 //	/plainjson, /headerjson, /usagejson, /plainsse, /headersse, /usagesse
 //	           a 4 KB JSON chat completion and a 200-event stream from the
 //	           backend, through Tollgate as /tollgate (its own middleware),
@@ -87,14 +96,15 @@
 //     -c16 for -shapewrk, -shaperounds rounds, each running every row once
 //     in a rotated order, on 1,000 keys (10 for the hot-key rows): no
 //     middleware, the empty plugin, Traefik redis, the minimal limiter,
-//     Tollgate, Tollgate with leases on 10 keys, and refusals of Tollgate
-//     and Traefik redis on 1,000 and 10 keys; ratios to /none within each
-//     round (shape.go).
+//     Tollgate, Tollgate in a class that syncs with 0 and with -overrides
+//     (10,000) per-key overrides (each also over Tollgate), Tollgate with
+//     leases on 10 keys, and refusals of Tollgate and Traefik redis on
+//     1,000 and 10 keys; ratios to /none within each round (shape.go).
 //
 // It writes a Markdown table (-out) and a PNG chart (-chart), and a CPU
 // profile of Traefik while /tollgate is saturated (-profile).
 //
-//	go run ./cmd/bench [-reps 3] [-before REV] [-shape=false] [-responsecost=false] [-out ../bench/results.md] [-chart ../bench/chart.png]
+//	go run ./cmd/bench [-reps 3] [-before REV] [-shape=false] [-overrides 10000] [-responsecost=false] [-out ../bench/results.md] [-chart ../bench/chart.png]
 package main
 
 import (
@@ -111,6 +121,7 @@ import (
 	"time"
 
 	"github.com/tollgate-dev/tollgate/e2e"
+	"github.com/tollgate-dev/tollgate/internal/config"
 )
 
 func main() {
@@ -133,6 +144,7 @@ func main() {
 	shapeRounds := flag.Int("shaperounds", 3, "rounds of the harness's shape")
 	shapeDur := flag.Duration("shapewrk", 4*time.Second, "length of each run of the harness's shape")
 	respCost := flag.Bool("responsecost", true, "in every run, the cost from the response: JSON and event-stream bodies with and without responseCost")
+	overrides := flag.Int("overrides", defaultOverrides, "per-key overrides (of keys not in the load) loaded into the class of the harness shape's /ovr10k row (0: none)")
 	flag.Parse()
 	log.SetFlags(0)
 	if *beforeRev != "" {
@@ -145,6 +157,10 @@ func main() {
 	if *shape && *shapeRounds < 1 {
 		log.Fatalf("-shaperounds %d: at least 1 (or -shape=false)", *shapeRounds)
 	}
+	if *overrides < 0 || *overrides > config.DefaultOverrides {
+		log.Fatalf("-overrides %d: between 0 and %d (a class keeps at most maxOverrides, %d by default)", *overrides, config.DefaultOverrides, config.DefaultOverrides)
+	}
+	setOverrides(*overrides)
 	if _, ok := labels[*rateOf]; !ok && *rate == 0 {
 		log.Fatalf("-rateof %q: not a route (%s)", *rateOf, strings.Join(routes, ", "))
 	}
@@ -206,7 +222,11 @@ func main() {
 		}
 	}
 	b := &bench{dir: dir, redis: r, leased: rl, quota: rq, capped: rc, before: rb, cost: rcost, refuse: rrefuse, backend: be,
-		wrkDur: *wrkDur, conns: *conns, script: filepath.Join(dir, "keys.lua"), hot: filepath.Join(dir, "hot.lua"), gc: *gc, profile: *profile}
+		wrkDur: *wrkDur, conns: *conns, script: filepath.Join(dir, "keys.lua"), hot: filepath.Join(dir, "hot.lua"), gc: *gc, profile: *profile,
+		overrides: *overrides}
+	if err := b.loadOverrides(); err != nil { // /ovr10k's class's, before Traefik reads it
+		log.Fatal(err)
+	}
 	fleet, err := e2e.StartFleetWith(dir, 1, dynamicConf(b.addrs(), admitAll), pluginsStatic(rb != nil))
 	if err != nil {
 		log.Fatal(err)
@@ -226,7 +246,8 @@ func main() {
 			log.Fatal(err)
 		}
 	}
-	routers := []string{leased + "@file", quota + "@file", capped + "@file", refuseTollgate + "@file", refuseRedis + "@file", metricsRoute + "@file"}
+	routers := []string{leased + "@file", quota + "@file", capped + "@file", refuseTollgate + "@file", refuseRedis + "@file", metricsRoute + "@file",
+		ovr0 + "@file", ovr10k + "@file", adminRoute + "@file"}
 	for _, rt := range routes {
 		routers = append(routers, rt+"@file")
 	}
@@ -362,11 +383,17 @@ func main() {
 		if err := b.apply(admitAll); err != nil {
 			log.Fatal(err)
 		}
-		res.shape.rounds, res.shape.dur = *shapeRounds, *shapeDur
+		if err := b.readyOverrides(); err != nil {
+			log.Fatal(err)
+		}
+		res.shape.rounds, res.shape.dur, res.shape.overrides = *shapeRounds, *shapeDur, *overrides
 		for round := 1; round <= *shapeRounds; round++ {
 			if err := b.shapeRound(res, round, *shapeRounds, *shapeDur, shapeScripts); err != nil {
 				log.Fatal(err)
 			}
+		}
+		if n, err := b.redis.Do("HLEN", overridesKey(ovr10k)); err == nil {
+			fmt.Printf("overrides: %v fields (and the version) in %s after the harness's shape\n", n, overridesKey(ovr10k))
 		}
 	}
 	b.cpuShares(res)

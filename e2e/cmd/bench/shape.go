@@ -17,10 +17,12 @@ import (
 // every row alike; throughput over /none's in the same round. The rows:
 // no middleware, the empty Yaegi plugin (the interpreter's entry cost),
 // Traefik's rateLimit with Redis (compiled), the minimal one-EVALSHA
-// limiter (the floor), Tollgate (also over the floor), Tollgate with
-// leases on 10 keys (also over the empty plugin), and refusals: Tollgate
-// (its deny cache) against Traefik's rateLimit with Redis, limits of
-// rejectMost, on 1,000 keys and on 10. The admitting rows run with limits
+// limiter (the floor), Tollgate (also over the floor), Tollgate in a
+// class that syncs with no override and with 10,000 of other keys (also
+// over Tollgate: what overrides cost a key without one; overrides.go),
+// Tollgate with leases on 10 keys (also over the empty plugin), and
+// refusals: Tollgate (its deny cache) against Traefik's rateLimit with
+// Redis, limits of rejectMost, on 1,000 keys and on 10. The admitting rows run with limits
 // that admit all (the bench applies them first); the refusal rows have
 // routes of their own, rejectMost's limits whatever the pass, on a Redis
 // of their own (refuseTollgate, refuseRedis), and every key is put over
@@ -55,6 +57,8 @@ var shapeRuns = []shapeRun{
 	{"redis", shapeKeys},
 	{"minimal", shapeKeys},
 	{"tollgate", shapeKeys},
+	{ovr0, shapeKeys},
+	{ovr10k, shapeKeys},
 	{leased, shapeHotKeys},
 	{refuseTollgate, shapeKeys},
 	{refuseRedis, shapeKeys},
@@ -69,6 +73,8 @@ var shapeBase = shapeRun{"none", shapeKeys}
 // shapeRefs are the rows with a second ratio, and its reference row.
 var shapeRefs = map[shapeRun]shapeRun{
 	{"tollgate", shapeKeys}:        {"minimal", shapeKeys},
+	{ovr0, shapeKeys}:              {"tollgate", shapeKeys},
+	{ovr10k, shapeKeys}:            {"tollgate", shapeKeys},
 	{leased, shapeHotKeys}:         {"empty", shapeKeys},
 	{refuseTollgate, shapeKeys}:    {refuseRedis, shapeKeys},
 	{refuseTollgate, shapeHotKeys}: {refuseRedis, shapeHotKeys},
@@ -80,6 +86,8 @@ var shapeLabels = map[string]string{
 	"redis":        "Traefik rateLimit + Redis (compiled)",
 	"minimal":      "the minimal one-EVALSHA Yaegi limiter (the floor)",
 	"tollgate":     "Tollgate",
+	ovr0:           "Tollgate, its class synced, 0 overrides",
+	ovr10k:         overridesLabel(defaultOverrides),
 	leased:         fmt.Sprintf("Tollgate with leases (max %d)", leaseMax),
 	refuseTollgate: "refusals: Tollgate (deny cache)",
 	refuseRedis:    "refusals: Traefik rateLimit + Redis",
@@ -88,6 +96,7 @@ var shapeLabels = map[string]string{
 // shapeRefNames name a reference in a ratio's cell.
 var shapeRefNames = map[string]string{
 	"minimal":   "the floor",
+	"tollgate":  "Tollgate",
 	"empty":     "the empty plugin",
 	refuseRedis: "Traefik rateLimit + Redis refusing",
 }
@@ -113,12 +122,13 @@ func shapeOrder(round, rounds int) []shapeRun {
 // throughput, its ratio to no middleware's and to the row's reference
 // (shapeRefs), the share refused (%) and Traefik's heap per request
 // (KB); the non-2xx responses of the admitting rows; the rounds' count
-// and length (rounds 0: not run).
+// and length (rounds 0: not run); the overrides in /ovr10k's class.
 type shapeFigures struct {
 	rps, ratio, vsRef, refused, kb map[shapeRun]stat
 	non2xx                         int64
 	rounds                         int
 	dur                            time.Duration
+	overrides                      int
 }
 
 func newShapeFigures() shapeFigures {
@@ -214,8 +224,8 @@ func shapeMarkdown(f shapeFigures) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", shapeLabels[s.route], thousands(s.keys),
 			fmtStat(f.rps[s], 0), fmtStat(f.ratio[s], 2), ref, fmtStat(f.refused[s], 1), fmtStat(f.kb[s], 2))
 	}
-	fmt.Fprintf(&b, "\nThe admitting rows run with limits that admit all (100,000,000 a second, burst as much): nothing is refused (non-2xx responses in them: %d). /none and the empty plugin read no key: the %d-key rows are divided by their %s-key runs in the same round. Tollgate with leases: Tollgate configured as Tollgate is plus `lease: {max: %d}`, on a Redis of its own. The refusal rows: routes of their own, Tollgate and Traefik's rateLimit with Redis configured as /tollgate and /redis but with one request per key and minute (burst 1), on a Redis of their own; right before each of their runs every key is sent two requests, so that the run starts with every key over its limit and Tollgate's deny cache holding its refusal (a key whose minute ends within the run has one request admitted): Tollgate refuses from its deny cache without a Redis call, Traefik's rateLimit after a round trip to Redis each. Heap: Traefik's runtime.MemStats TotalAlloc over the run, divided by the requests wrk completed.\n",
-		f.non2xx, shapeHotKeys, thousands(shapeKeys), leaseMax)
+	fmt.Fprintf(&b, "\nThe admitting rows run with limits that admit all (100,000,000 a second, burst as much): nothing is refused (non-2xx responses in them: %d). /none and the empty plugin read no key: the %d-key rows are divided by their %s-key runs in the same round. Tollgate, its class synced: Tollgate configured as Tollgate is, on the same Redis, but in a class of its own (`class: %s`, `class: %s`) that an admin middleware of the same Traefik names (`serveAdmin: true, adminClasses: [%s, %s]`), so that the class syncs (every request reads the clock, and the pod reads the class's overrides from Redis every 300 ms while requests come); class %s holds no override, class %s %s overrides of API keys that are not the load's (other-0, other-1, …: average and burst %s a second, expiring a day after the bench started; a pod keeps up to maxOverrides, 10,000 by default, a class), written into the class's hash in Redis before the runs. Their ratio to Tollgate is what overrides cost a request whose key has none. Tollgate with leases: Tollgate configured as Tollgate is plus `lease: {max: %d}`, on a Redis of its own. The refusal rows: routes of their own, Tollgate and Traefik's rateLimit with Redis configured as /tollgate and /redis but with one request per key and minute (burst 1), on a Redis of their own; right before each of their runs every key is sent two requests, so that the run starts with every key over its limit and Tollgate's deny cache holding its refusal (a key whose minute ends within the run has one request admitted): Tollgate refuses from its deny cache without a Redis call, Traefik's rateLimit after a round trip to Redis each. Heap: Traefik's runtime.MemStats TotalAlloc over the run, divided by the requests wrk completed.\n",
+		f.non2xx, shapeHotKeys, thousands(shapeKeys), ovr0, ovr10k, ovr0, ovr10k, ovr0, ovr10k, thousands(f.overrides), thousands(overrideRate), leaseMax)
 	return b.String()
 }
 

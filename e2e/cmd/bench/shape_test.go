@@ -51,11 +51,12 @@ func TestShapeOrder(t *testing.T) {
 }
 
 // TestShapeRows: the rows are the harness's: the five routes on 1,000
-// keys, Tollgate with leases on 10, the refusals of both Redis limiters
-// on both; the ratios' references are the floor, the empty plugin, and
-// Traefik's refusals on the same keys.
+// keys, Tollgate in a class that syncs with 0 and 10,000 overrides on
+// 1,000, Tollgate with leases on 10, the refusals of both Redis limiters
+// on both; the ratios' references are the floor, Tollgate, the empty
+// plugin, and Traefik's refusals on the same keys.
 func TestShapeRows(t *testing.T) {
-	want := []string{"none@1000", "empty@1000", "redis@1000", "minimal@1000", "tollgate@1000", "leased@10",
+	want := []string{"none@1000", "empty@1000", "redis@1000", "minimal@1000", "tollgate@1000", "ovr0@1000", "ovr10k@1000", "leased@10",
 		"refusetollgate@1000", "refuseredis@1000", "refusetollgate@10", "refuseredis@10"}
 	var got []string
 	for _, s := range shapeRuns {
@@ -73,6 +74,11 @@ func TestShapeRows(t *testing.T) {
 		}
 		if s.refuses() && ref.keys != s.keys {
 			t.Errorf("%v: refusals compared with %v, on other keys", s, ref)
+		}
+	}
+	for _, rt := range overrideRoutes {
+		if ref := shapeRefs[shapeRun{rt, shapeKeys}]; ref != (shapeRun{"tollgate", shapeKeys}) {
+			t.Errorf("%s: reference %v, want Tollgate on %d keys", rt, ref, shapeKeys)
 		}
 	}
 }
@@ -198,6 +204,8 @@ func TestRecordShape(t *testing.T) {
 		{"none over none", f.ratio[shapeRun{"none", shapeKeys}], 1},
 		{"tollgate over none", f.ratio[shapeRun{"tollgate", shapeKeys}], rps("tollgate", shapeKeys) / 10000},
 		{"tollgate over the floor", f.vsRef[shapeRun{"tollgate", shapeKeys}], rps("tollgate", shapeKeys) / rps("minimal", shapeKeys)},
+		{"0 overrides over tollgate", f.vsRef[shapeRun{ovr0, shapeKeys}], rps(ovr0, shapeKeys) / rps("tollgate", shapeKeys)},
+		{"10,000 overrides over tollgate", f.vsRef[shapeRun{ovr10k, shapeKeys}], rps(ovr10k, shapeKeys) / rps("tollgate", shapeKeys)},
 		{"leased over empty", f.vsRef[shapeRun{leased, shapeHotKeys}], rps(leased, shapeHotKeys) / rps("empty", shapeKeys)},
 		{"refusals on 10 keys", f.vsRef[shapeRun{refuseTollgate, shapeHotKeys}], rps(refuseTollgate, shapeHotKeys) / rps(refuseRedis, shapeHotKeys)},
 		{"refused share", f.refused[shapeRun{refuseRedis, shapeKeys}], 99},
@@ -227,7 +235,7 @@ func TestRecordShape(t *testing.T) {
 // run of a round with its keys, ratios and share refused.
 func TestShapeMarkdown(t *testing.T) {
 	f := newShapeFigures()
-	f.rounds, f.dur = 3, 4*time.Second
+	f.rounds, f.dur, f.overrides = 3, 4*time.Second, 10000
 	for i := 0; i < 3; i++ {
 		recordShape(&f, shapeFixture())
 	}
@@ -240,10 +248,14 @@ func TestShapeMarkdown(t *testing.T) {
 		"| Row | keys | throughput (req/s) | ÷ no middleware | ÷ its reference | refused (%) | Traefik heap per request (KB) |\n|---|---|---|---|---|---|---|\n",
 		"| no middleware | 1,000 | 10000 [10000–10000] | 1.00 [1.00–1.00] | — | 0.0 [0.0–0.0] | 1.00 [1.00–1.00] |\n",
 		"| Tollgate | 1,000 | 4000 [4000–4000] | 0.40 [0.40–0.40] | 1.33 [1.33–1.33] (÷ the floor) | 0.0 [0.0–0.0] | 5.00 [5.00–5.00] |\n",
-		"| Tollgate with leases (max 50) | 10 | 5000 [5000–5000] | 0.50 [0.50–0.50] | 5.00 [5.00–5.00] (÷ the empty plugin) |",
-		"| refusals: Tollgate (deny cache) | 1,000 | 6000 [6000–6000] | 0.60 [0.60–0.60] | 0.86 [0.86–0.86] (÷ Traefik rateLimit + Redis refusing) | 99.0 [99.0–99.0] |",
-		"| refusals: Traefik rateLimit + Redis | 10 | 9000 [9000–9000] | 0.90 [0.90–0.90] | — | 99.0 [99.0–99.0] |",
+		"| Tollgate, its class synced, 0 overrides | 1,000 | 5000 [5000–5000] | 0.50 [0.50–0.50] | 1.25 [1.25–1.25] (÷ Tollgate) | 0.0 [0.0–0.0] | 6.00 [6.00–6.00] |\n",
+		"| Tollgate, its class synced, 10,000 overrides (other keys) | 1,000 | 6000 [6000–6000] | 0.60 [0.60–0.60] | 1.50 [1.50–1.50] (÷ Tollgate) | 0.0 [0.0–0.0] | 7.00 [7.00–7.00] |\n",
+		"| Tollgate with leases (max 50) | 10 | 7000 [7000–7000] | 0.70 [0.70–0.70] | 7.00 [7.00–7.00] (÷ the empty plugin) |",
+		"| refusals: Tollgate (deny cache) | 1,000 | 8000 [8000–8000] | 0.80 [0.80–0.80] | 0.89 [0.89–0.89] (÷ Traefik rateLimit + Redis refusing) | 99.0 [99.0–99.0] |",
+		"| refusals: Traefik rateLimit + Redis | 10 | 11000 [11000–11000] | 1.10 [1.10–1.10] | — | 99.0 [99.0–99.0] |",
 		"non-2xx responses in them: 0",
+		"(`serveAdmin: true, adminClasses: [ovr0, ovr10k]`)",
+		"class ovr0 holds no override, class ovr10k 10,000 overrides of API keys that are not the load's",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("no %q in:\n%s", want, md)
