@@ -7,6 +7,7 @@ package tollgate
 import (
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/tollgate-dev/tollgate/internal/config"
@@ -19,7 +20,8 @@ import (
 // join of all lines would be a fresh identity per junk line while the
 // backend still authenticates the first). A request without the header,
 // or whose first line is empty, is keyed by its client IP under the IP
-// strategy.
+// strategy. Several headers together (Source.Headers) are keyed by
+// headersIdentity.
 func identity(s *config.Source, req *http.Request) string {
 	if s.Header != "" {
 		if v := req.Header[s.Header]; len(v) > 0 && v[0] != "" {
@@ -27,8 +29,35 @@ func identity(s *config.Source, req *http.Request) string {
 		}
 	} else if s.Host {
 		return "host:" + req.Host
+	} else if s.Composite {
+		return headersIdentity(s, req)
 	}
 	return "ip:" + clientIP(s, req)
+}
+
+// headersIdentity is identity for a key of several headers (Source.Headers):
+// "hs:", then the first line of each header, in Source.Headers' order,
+// each prefixed by its length in decimal and a colon (X-Tenant "a|b" and
+// X-User "c": "hs:3:a|b1:c"). The length prefixes make the encoding
+// unambiguous: no two tuples share an identity, whatever their values
+// hold, and the tag keeps them apart from a single header's ("h:"), an
+// address's ("ip:") and a Host's ("host:"), none of which begins with
+// another. A request without one of the headers, or whose first line of
+// one is empty, is keyed by its client IP, as without a single key
+// header. Built by concatenation: under Yaegi, appends into a byte slice
+// (strconv.AppendInt) or a strings.Builder allocate more (two headers,
+// measured with testing.AllocsPerRun under yaegi run: 72 and 107
+// allocations, 2.4 and 3.0 KB, against 54 and 1.7 KB).
+func headersIdentity(s *config.Source, req *http.Request) string {
+	id := "hs:"
+	for _, h := range s.Headers {
+		v := req.Header[h]
+		if len(v) == 0 || v[0] == "" {
+			return "ip:" + clientIP(s, req)
+		}
+		id += strconv.Itoa(len(v[0])) + ":" + v[0]
+	}
+	return id
 }
 
 // clientIP applies the IP strategy and returns the address in canonical
