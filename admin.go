@@ -80,10 +80,11 @@ type classAdmin struct {
 	resets  map[string]string // the resets applied, by field (sync only)
 }
 
-// adminMember is a limiter of a class and when New built it (monotonic
-// ns).
+// adminMember is a limiter of a class (a *Tollgate: held as an interface,
+// since Yaegi mistakes the types of two structs that point at each other)
+// and when New built it (monotonic ns).
 type adminMember struct {
-	t  *Tollgate
+	t  interface{}
 	at int64
 }
 
@@ -145,7 +146,8 @@ func (a *classAdmin) latest() *Tollgate {
 	if len(a.members) == 0 {
 		return nil
 	}
-	return a.members[len(a.members)-1].t
+	t, _ := a.members[len(a.members)-1].t.(*Tollgate)
+	return t
 }
 
 // adminKey and resetsKey name a class's hashes (see the top of the file).
@@ -368,7 +370,9 @@ func (a *classAdmin) forget(key string) {
 	a.mu.Lock()
 	var ts []*Tollgate
 	for _, m := range a.members {
-		ts = append(ts, m.t)
+		if t, ok := m.t.(*Tollgate); ok {
+			ts = append(ts, t)
+		}
 	}
 	a.mu.Unlock()
 	for _, t := range ts {
