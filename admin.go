@@ -4,24 +4,26 @@ package tollgate
 // client key's state, refills it, and sets per-key overrides of its
 // class's top-level rate, kept in Redis so that every pod honours them.
 //
-// What a class's pods share, in two Redis hashes per class beside its
-// heartbeat (one slot), by client key k:
+// What a class's pods share, beside its heartbeat (one slot), by client
+// key k:
 //
-//	tg{hb:<class>}adm   o:<k>  an override: "average burst periodNS expiresMS" (config.EncodeOverride)
-//	                    v      the overrides' version, counted up by every change of them
-//	tg{hb:<class>}admr  <k>    the key's latest reset, Unix ms (kept resetKeep)
+//	tg{hb:<class>}adm   hash: o:<k> an override, "average burst periodNS expiresMS"
+//	                    (config.EncodeOverride); v the overrides' version,
+//	                    counted up by every change of them
+//	tg{hb:<class>}admr  sorted set: k scored by its latest reset, Unix ms
+//	                    on Redis's clock (kept resetKeep)
 //
-// Each pod reads the version and the resets at most every adminSync
-// (the overrides only when their version changed), when requests of the
-// class come, on a goroutine of its own: the request goes on, unless the
-// last read is over adminStale old (the class was idle), when it waits for
-// the read, at most twice the Redis timeout, so that no request is decided
-// on older state while Redis answers (the first requests after an idle
-// spell wait one round trip; after a failed read, none waits). Overrides are replaced as a whole, and
-// a reset newer than the last seen drops the key's refusals from the deny
-// caches and its leases. A class syncs once an admin middleware of this
-// process names it, or once its heartbeat finds the hash in Redis; until
-// then a request pays one atomic load for it.
+// Each pod reads the overrides' version and the resets since its last
+// read at most every adminSync (the overrides only when their version
+// changed), when requests of the class come, on a goroutine of its own:
+// the request goes on, unless the last read is over adminStale old (the
+// class was idle), when it waits for the read, at most twice the Redis
+// timeout, so that no request is decided on older state while Redis
+// answers (after a failed read, none waits). Overrides are replaced as a
+// whole; a reset drops the key's refusals from the deny caches and its
+// leases. A class syncs once an admin middleware of this process names
+// it, or once its heartbeat finds its keys in Redis; until then a request
+// pays one atomic load for it.
 
 import (
 	"encoding/json"
@@ -29,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"sort"
@@ -54,19 +57,25 @@ const (
 	maxAdminStates = 4096
 	// maxAdminKey bounds a key given to the admin endpoint.
 	maxAdminKey = 4096
-	// resetKeep is how long a reset stays in the hash for pods to see.
-	resetKeep = 60 * time.Second
+	// resetKeep is how long a reset stays in Redis for pods to see: a pod
+	// whose last read is older drops every cached refusal of the class
+	// instead (the cache only saves Redis calls).
+	resetKeep = 10 * time.Minute
+	// resetOverlap is how far back each read of the resets starts before
+	// the last one's time; maxResetsRead bounds one read.
+	resetOverlap  = 2 * time.Second
+	maxResetsRead = 1000
 )
 
 // classAdmin is one class's admin state in this process.
 type classAdmin struct {
 	class   string
-	on      int32         // atomic: the class syncs (an admin middleware names it, or Redis holds its hashes)
-	fresh   int64         // atomic: monotonic ns when the last sync that read Redis began
-	started int64         // atomic: monotonic ns when the last sync began
-	failed  int32         // atomic: the last sync failed (requests do not wait for the next)
-	syncs   int64         // atomic: syncs that read Redis
-	running chan struct{} // closed when the running sync ends; nil: none runs (guarded by mu)
+	on      int32 // atomic: the class syncs (an admin middleware names it, or Redis holds its hashes)
+	fresh   int64 // atomic: monotonic ns when the last sync that read Redis began
+	started int64 // atomic: monotonic ns when the last sync began
+	failed  int32 // atomic: the last sync failed (requests do not wait for the next)
+	syncs   int64 // atomic: syncs that read Redis
+	running bool  // a sync runs (guarded by mu)
 
 	n    int64        // atomic: overrides in over
 	over atomic.Value // map[string]config.Override by client key, replaced whole
@@ -75,9 +84,29 @@ type classAdmin struct {
 	loaded  bool   // the overrides were read once (sync only)
 	expiry  int64  // the first expiry of over, Unix ms on Redis's clock; 0: none (sync only)
 
+	resetsFrom int64 // Unix ms on Redis's clock: the resets since are read next; 0: none read yet (sync only)
+
 	mu      sync.Mutex
-	members []adminMember     // the class's limiters, newest last (join)
-	resets  map[string]string // the resets applied, by field (sync only)
+	members []adminMember // the class's limiters, newest last (join)
+	waiters []*adminWait  // requests waiting for the running sync (refresh)
+}
+
+// adminWait is a request waiting for a sync, woken by the sync's end or
+// by its budget's timer, whichever comes first (no select: under Yaegi a
+// select on the request path may lose its wakeup).
+type adminWait struct {
+	mu    sync.Mutex
+	woken bool
+	ch    chan struct{}
+}
+
+func (w *adminWait) wake() {
+	w.mu.Lock()
+	if !w.woken {
+		w.woken = true
+		close(w.ch)
+	}
+	w.mu.Unlock()
 }
 
 // adminMember is a limiter of a class (a *Tollgate: held as an interface,
@@ -113,13 +142,42 @@ func (a *admins) forClass(class string) *classAdmin {
 	if a.byClass == nil || len(a.byClass) >= maxAdminStates {
 		a.byClass = make(map[string]*classAdmin) // forgotten: their limiters keep theirs
 	}
-	s := &classAdmin{class: class, resets: map[string]string{}}
+	s := &classAdmin{class: class}
 	s.over.Store(map[string]config.Override{})
 	a.byClass[class] = s
 	return s
 }
 
-// join registers t, a limiter of class a built at now.
+// buildGap is the longest pause between two News of one configuration's
+// build: Traefik builds every middleware of a configuration at once, and
+// a New after a longer pause begins the build of another.
+var buildGap = int64(5 * time.Second)
+
+// built is told of each New at now, the previous at last: the first of a
+// build drops every class's limiters (prune), built for the configuration
+// it replaces, so that they are not kept alive.
+func (a *admins) built(now, last int64) {
+	if now-last >= buildGap {
+		a.prune(now + memberWindow)
+	}
+}
+
+// prune drops every class's limiters built memberWindow or more before
+// now.
+func (a *admins) prune(now int64) {
+	a.mu.Lock()
+	var all []*classAdmin
+	for _, s := range a.byClass {
+		all = append(all, s)
+	}
+	a.mu.Unlock()
+	for _, s := range all {
+		s.join(nil, now)
+	}
+}
+
+// join registers t (nil: none), a limiter of class a built at now, and
+// drops those built memberWindow before.
 func (a *classAdmin) join(t *Tollgate, now int64) {
 	a.mu.Lock()
 	keep := a.members[:0]
@@ -131,10 +189,13 @@ func (a *classAdmin) join(t *Tollgate, now int64) {
 	for i := len(keep); i < len(a.members); i++ {
 		a.members[i] = adminMember{} // not kept alive by the array
 	}
-	if len(keep) >= maxMembers {
+	if t != nil && len(keep) >= maxMembers {
 		keep = append(keep[:0], keep[1:]...)
 	}
-	a.members = append(keep, adminMember{t: t, at: now})
+	if t != nil {
+		keep = append(keep, adminMember{t: t, at: now})
+	}
+	a.members = keep
 	a.mu.Unlock()
 }
 
@@ -165,6 +226,9 @@ func serveOverridden(t *Tollgate, rw http.ResponseWriter, req *http.Request) boo
 	if atomic.LoadInt64(&a.n) == 0 || t.top == nil {
 		return false
 	}
+	if t.conf.Exempt != nil && exempt(&t.conf.Source, req, t.conf.Exempt) {
+		return false // exemptSourceRange first, as serveAny
+	}
 	key := bucket.ClientKey(t.conf.Class, identity(&t.conf.Source, req))
 	o, ok := a.over.Load().(map[string]config.Override)[key] // those expired are gone at the next sync
 	if !ok {
@@ -183,35 +247,33 @@ func serveOverridden(t *Tollgate, rw http.ResponseWriter, req *http.Request) boo
 }
 
 // refresh starts a sync of a, unless one runs or began within adminSync
-// of now, and waits for the running one, at most twice the Redis
-// timeout, when a's state is over adminStale old and the last sync did
-// not fail (see the top of this file).
+// of now, and waits for it, at most twice the Redis timeout, when a's
+// state is over adminStale old and the last sync did not fail (see the
+// top of this file).
 func (a *classAdmin) refresh(t *Tollgate, now int64) {
+	stale := now-atomic.LoadInt64(&a.fresh) >= int64(adminStale) && atomic.LoadInt32(&a.failed) == 0
+	if !stale && now-atomic.LoadInt64(&a.started) < int64(adminSync) {
+		return // one runs or just ran: nothing to start, nothing to wait for
+	}
 	be, max := t.be, t.conf.MaxOverrides
+	var w *adminWait
 	a.mu.Lock()
-	done := a.running
-	if done == nil && now-atomic.LoadInt64(&a.started) >= int64(adminSync) {
-		done = make(chan struct{})
-		a.running = done
+	if !a.running && now-atomic.LoadInt64(&a.started) >= int64(adminSync) {
+		a.running = true
 		atomic.StoreInt64(&a.started, now)
-		go func() {
-			a.sync(be, max, now)
-			a.mu.Lock()
-			a.running = nil
-			a.mu.Unlock()
-			close(done)
-		}()
+		go a.sync(be, max, now)
+	}
+	if stale && a.running {
+		w = &adminWait{ch: make(chan struct{})}
+		a.waiters = append(a.waiters, w)
 	}
 	a.mu.Unlock()
-	if done == nil || atomic.LoadInt32(&a.failed) != 0 || now-atomic.LoadInt64(&a.fresh) < int64(adminStale) {
+	if w == nil {
 		return
 	}
-	wait := time.NewTimer(2 * t.conf.Redis.Timeout)
-	select {
-	case <-done:
-	case <-wait.C:
-	}
-	wait.Stop()
+	timer := time.AfterFunc(2*t.conf.Redis.Timeout, func() { w.wake() })
+	<-w.ch
+	timer.Stop()
 }
 
 // overrideSet returns the policy set of t's top level under override o,
@@ -255,25 +317,38 @@ func (t *Tollgate) buildOverride(o config.Override) *policySet {
 // the pod's (at most max, those expiring first kept), and its new resets
 // drop the keys' refusals and leases.
 func (a *classAdmin) sync(be *backend, max int64, began int64) {
-	if !a.read(be, max) {
-		atomic.StoreInt32(&a.failed, 1)
-		return // the checks see Redis's faults; the overrides stay as they were
+	if a.read(be, max) {
+		atomic.StoreInt64(&a.fresh, began)
+		atomic.StoreInt32(&a.failed, 0)
+		atomic.AddInt64(&a.syncs, 1)
+	} else {
+		atomic.StoreInt32(&a.failed, 1) // the checks see Redis's faults; the overrides stay as they were
 	}
-	atomic.StoreInt64(&a.fresh, began)
-	atomic.StoreInt32(&a.failed, 0)
-	atomic.AddInt64(&a.syncs, 1)
+	a.mu.Lock()
+	a.running = false
+	ws := a.waiters
+	a.waiters = nil
+	a.mu.Unlock()
+	for _, w := range ws {
+		w.wake()
+	}
 }
 
 // read is sync's exchange with Redis; false when it failed.
 func (a *classAdmin) read(be *backend, max int64) bool {
 	k, rk := adminKey(a.class), resetsKey(a.class)
-	b := redis.AppendCommand(redis.AppendCommand(redis.AppendCommand(nil, "TIME"), "HGET", k, "v"), "HGETALL", rk)
+	from := "-inf"
+	if a.resetsFrom > 0 {
+		from = strconv.FormatInt(a.resetsFrom-resetOverlap.Milliseconds(), 10)
+	}
+	b := redis.AppendCommand(redis.AppendCommand(nil, "TIME"), "HGET", k, "v")
+	b = redis.AppendCommand(b, "ZRANGEBYSCORE", rk, from, "+inf", "WITHSCORES", "LIMIT", "0", strconv.Itoa(maxResetsRead))
 	r, err := be.rc.SideDo(k, b, 3)
 	if err != nil {
 		return false
 	}
 	now, err := redisMS(r[0])
-	if err != nil || len(r[1]) > 1 || len(r[2])%2 != 0 || len(r[2]) > 0 && strings.HasPrefix(r[2][0], "-") {
+	if err != nil || len(r[1]) > 1 || replyFailed(r[1]) || replyFailed(r[2]) || len(r[2])%2 != 0 {
 		return false
 	}
 	version := ""
@@ -304,29 +379,30 @@ func (a *classAdmin) read(be *backend, max int64) bool {
 		}
 		a.setOverrides(over, max)
 	}
-	var resets []string
-	seen := map[string]bool{}
-	a.mu.Lock()
-	for i := 0; i+1 < len(r[2]); i += 2 {
-		f, v := r[2][i], r[2][i+1]
-		seen[f] = true
-		old, had := a.resets[f]
-		a.resets[f] = v
-		if had && old != v || !had && resetFresh(v, now) {
-			resets = append(resets, f)
+	// The resets since the last read (a pod's first read has nothing
+	// cached to drop): forgetting a key twice is harmless, so the reads
+	// overlap by resetOverlap; a read that hit maxResetsRead goes on from
+	// its last reset's time.
+	next := now
+	switch {
+	case a.resetsFrom > 0 && now-a.resetsFrom >= resetKeep.Milliseconds():
+		a.forget("") // resets may have been trimmed since: every refusal
+	case a.resetsFrom > 0:
+		for i := 0; i+1 < len(r[2]); i += 2 {
+			a.forget(r[2][i])
 		}
 	}
-	for f := range a.resets {
-		if !seen[f] {
-			delete(a.resets, f)
+	if n := len(r[2]); n == 2*maxResetsRead {
+		if ms, err := strconv.ParseFloat(r[2][n-1], 64); err == nil && ms < float64(now) {
+			next = int64(ms)
 		}
 	}
-	a.mu.Unlock()
-	for _, key := range resets {
-		a.forget(key)
-	}
+	a.resetsFrom = next
 	return true
 }
+
+// replyFailed reports an error reply (a refused write, an OOM).
+func replyFailed(r []string) bool { return len(r) == 1 && strings.HasPrefix(r[0], "-") }
 
 // setOverrides makes over (at most max of it) the class's overrides.
 func (a *classAdmin) setOverrides(over map[string]config.Override, max int64) {
@@ -341,13 +417,6 @@ func (a *classAdmin) setOverrides(over map[string]config.Override, max int64) {
 	}
 	a.over.Store(over)
 	atomic.StoreInt64(&a.n, int64(len(over)))
-}
-
-// resetFresh reports whether a reset stamped v (Unix ms) a pod that just
-// started must still apply: one made within adminSync and a round trip.
-func resetFresh(v string, now int64) bool {
-	ms, err := strconv.ParseInt(v, 10, 64)
-	return err == nil && now-ms < 2*adminSync.Milliseconds()+1000
 }
 
 // keepFirstExpiring keeps the max overrides of over that expire first.
@@ -365,7 +434,8 @@ func keepFirstExpiring(over map[string]config.Override, max int64) map[string]co
 }
 
 // forget drops client key's refusals from every deny cache of the class's
-// limiters and its leases: a reset takes effect at once.
+// limiters and its leases: a reset takes effect at once. Key "": every
+// key's refusals.
 func (a *classAdmin) forget(key string) {
 	a.mu.Lock()
 	var ts []*Tollgate
@@ -378,11 +448,16 @@ func (a *classAdmin) forget(key string) {
 	for _, t := range ts {
 		for _, s := range t.allSets() {
 			s.denied.forget(key)
+			if key == "" {
+				continue
+			}
 			if ls := s.lease; ls != nil {
 				tb := ls.table
 				tb.mu.Lock()
-				delete(tb.leases, ls.tag+key)
-				atomic.StoreInt64(&tb.n, int64(len(tb.leases)))
+				if e := tb.leases[ls.tag+key]; e != nil && !e.asking { // one asking is the ask's to settle (granted)
+					delete(tb.leases, ls.tag+key)
+					atomic.StoreInt64(&tb.n, int64(len(tb.leases)))
+				}
 				tb.mu.Unlock()
 			}
 		}
@@ -411,18 +486,30 @@ func (t *Tollgate) allSets() []*policySet {
 	return out
 }
 
-// adminRead returns the class's hash (HGETALL, bounded by the reply
-// reader's limits) and Redis's TIME in Unix ms, which every expiry is
-// measured on (the pods' clocks play no part).
+// adminRead returns the class's overrides hash, at most maxAdminFields
+// of its fields (HGETALL, or HRANDFIELD when it holds more: the reply
+// reader's bounds hold either way), and Redis's TIME in Unix ms, which
+// every expiry is measured on (the pods' clocks play no part).
 func adminRead(be *backend, class string) (map[string]string, int64, error) {
 	k := adminKey(class)
-	r, err := be.rc.SideDo(k, redis.AppendCommand(redis.AppendCommand(nil, "TIME"), "HGETALL", k), 2)
+	r, err := be.rc.SideDo(k, redis.AppendCommand(redis.AppendCommand(nil, "TIME"), "HLEN", k), 2)
 	if err != nil {
 		return nil, 0, err
 	}
 	now, err := redisMS(r[0])
-	v := r[1]
-	if err != nil || len(v)%2 != 0 || len(v) > 0 && strings.HasPrefix(v[0], "-") {
+	if err != nil || replyFailed(r[1]) {
+		return nil, 0, redis.ErrBadReply
+	}
+	read := redis.AppendCommand(nil, "HGETALL", k)
+	if replyNumber(r[1], 0) > maxAdminFields {
+		read = redis.AppendCommand(nil, "HRANDFIELD", k, strconv.Itoa(maxAdminFields), "WITHVALUES")
+	}
+	r, err = be.rc.SideDo(k, read, 1)
+	if err != nil {
+		return nil, 0, err
+	}
+	v := r[0]
+	if len(v)%2 != 0 || replyFailed(v) {
 		return nil, 0, redis.ErrBadReply
 	}
 	out := make(map[string]string, len(v)/2)
@@ -431,6 +518,10 @@ func adminRead(be *backend, class string) (map[string]string, int64, error) {
 	}
 	return out, now, nil
 }
+
+// maxAdminFields bounds the fields of the overrides hash read: every
+// override a pod may keep (config.MaxOverrides), and the version.
+const maxAdminFields = config.MaxOverrides + 1
 
 // redisMS reads a TIME reply as Unix ms.
 func redisMS(t []string) (int64, error) {
@@ -486,6 +577,11 @@ func adminFail(rw http.ResponseWriter, status int, field, detail string) {
 	_, _ = rw.Write(append(b, '\n'))
 }
 
+// adminUnavailable answers 503: Redis failed or refused a command.
+func adminUnavailable(rw http.ResponseWriter, err error) {
+	adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
+}
+
 func (h *adminHandler) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	q := req.URL.Query()
 	class := q.Get("class")
@@ -511,6 +607,14 @@ func (h *adminHandler) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		adminFail(rw, http.StatusBadRequest, "key", fmt.Sprintf("the key query parameter is required: the identity as clients send it (1 to %d bytes)", maxAdminKey))
 		return
 	}
+	override := false
+	if v := q.Get("override"); v != "" {
+		var err error
+		if override, err = strconv.ParseBool(v); err != nil {
+			adminFail(rw, http.StatusBadRequest, "override", fmt.Sprintf("%.16q is not a boolean (override=1 removes the key's override)", v))
+			return
+		}
+	}
 	a := shared.admins.forClass(class)
 	t := a.latest()
 	if t == nil || t.top == nil {
@@ -522,13 +626,15 @@ func (h *adminHandler) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 		adminFail(rw, http.StatusBadRequest, "key", err.Error())
 		return
 	}
-	switch req.Method {
-	case http.MethodGet:
-		h.inspect(rw, t, a, keys, key)
-	case http.MethodDelete:
-		h.reset(rw, req, t, a, key, q.Get("policy"), q.Get("override") != "")
-	case http.MethodPut:
+	switch {
+	case req.Method == http.MethodGet:
+		h.inspect(rw, t, keys, key)
+	case req.Method == http.MethodPut:
 		h.override(rw, req, t, a, keys, key)
+	case override:
+		h.unoverride(rw, req, t, a, key)
+	default:
+		h.reset(rw, req, t, a, key, q.Get("policy"))
 	}
 }
 
@@ -553,18 +659,13 @@ func adminClientKey(c *config.Settings, keys []string) (string, error) {
 	case s.Host:
 		req.Host = keys[0]
 	default:
-		if ip := parseAdminIP(keys[0]); ip == "" {
+		ip := net.ParseIP(strings.TrimSpace(keys[0]))
+		if ip == nil {
 			return "", fmt.Errorf("%.64q is not an IP address (the class is keyed by the client IP)", keys[0])
 		}
+		req.RemoteAddr = ip.String()
 	}
 	return bucket.ClientKey(c.Class, identity(s, req)), nil
-}
-
-func parseAdminIP(s string) string {
-	if ip := net.ParseIP(strings.TrimSpace(s)); ip != nil {
-		return ip.String()
-	}
-	return ""
 }
 
 // adminView is the endpoint's answer to GET (and PUT).
@@ -604,10 +705,10 @@ type adminConcurrency struct {
 	InFlight int64 `json:"inFlight"`
 }
 
-func (h *adminHandler) inspect(rw http.ResponseWriter, t *Tollgate, a *classAdmin, keys []string, key string) {
+func (h *adminHandler) inspect(rw http.ResponseWriter, t *Tollgate, keys []string, key string) {
 	v, err := adminPeek(t, key, strings.Join(keys, ","))
 	if err != nil {
-		adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
+		adminUnavailable(rw, err)
 		return
 	}
 	b, _ := json.Marshal(v)
@@ -617,14 +718,55 @@ func (h *adminHandler) inspect(rw http.ResponseWriter, t *Tollgate, a *classAdmi
 	_, _ = rw.Write(append(b, '\n'))
 }
 
-// adminPeek reads key's state on Redis's clock as the script would
-// compute it, taking nothing: TIME, then each top-level policy's state
-// (a rate's TAT, a quota's counter in its current window, a cap's slots
-// held), the key's override, pipelined on the key's node.
-func adminPeek(t *Tollgate, key, shown string) (*adminView, error) {
+// adminPolicies returns the policies a client key is charged under: the
+// top level's (its rate replaced by override ov when not nil), then the
+// plans' and the rules' keyed like it (a rule keyed its own way is not the
+// key's).
+func adminPolicies(t *Tollgate, ov *config.Override) []*config.Policy {
 	ps := t.conf.TopPolicies()
+	if ov != nil {
+		if set := t.overrideSet(*ov); set != nil {
+			ps = set.ps
+		}
+	}
+	ps = append([]*config.Policy(nil), ps...)
+	c := t.conf
+	for i, p := range c.Plans {
+		if p != nil {
+			ps = append(ps, c.WithQuotas(p, c.PlanQuotas, i)...)
+		}
+	}
+	for i, p := range c.Rules {
+		if p.Source == nil {
+			ps = append(ps, c.WithQuotas(p, c.RuleQuotas, i)...)
+		}
+	}
+	return ps
+}
+
+// adminDo runs cmds (n commands) on the node of key's slot; an error
+// reply (a write refused: OOM, READONLY) is an error.
+func adminDo(t *Tollgate, key string, cmds []byte, n int) ([][]string, error) {
+	r, err := t.be.rc.SideDo(key, cmds, n)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range r {
+		if replyFailed(x) {
+			return nil, fmt.Errorf("%.120s", x[0])
+		}
+	}
+	return r, nil
+}
+
+// adminPeek reads key's state on Redis's clock as the script would
+// compute it, taking nothing: per shard, TIME, then each policy's state
+// (a rate's TAT and debt mark, a quota's counter in its current window, a
+// cap's slots held), pipelined on the shard's node; and the key's
+// override.
+func adminPeek(t *Tollgate, key, shown string) (*adminView, error) {
 	hk := adminKey(t.conf.Class)
-	r, err := t.be.rc.SideDo(hk, redis.AppendCommand(redis.AppendCommand(nil, "TIME"), "HGET", hk, "o:"+key), 2)
+	r, err := adminDo(t, hk, redis.AppendCommand(redis.AppendCommand(nil, "TIME"), "HGET", hk, "o:"+key), 2)
 	if err != nil {
 		return nil, err
 	}
@@ -636,11 +778,9 @@ func adminPeek(t *Tollgate, key, shown string) (*adminView, error) {
 	if len(r[1]) == 1 {
 		if o, err := config.DecodeOverride(r[1][0]); err == nil && o.ExpiresMS > rms {
 			ov = &o
-			if set := t.overrideSet(o); set != nil {
-				ps = set.ps
-			}
 		}
 	}
+	ps := adminPolicies(t, ov)
 	now := quotaNow()
 	v := &adminView{Class: t.conf.Class, Key: shown, Policies: []adminPolicy{}, Quotas: []adminQuota{}}
 	left := make([]int64, len(ps))   // by policy: tokens (or quota) left, over the shards
@@ -660,10 +800,10 @@ func adminPeek(t *Tollgate, key, shown string) (*adminView, error) {
 				}
 				b = redis.AppendCommand(b, "ZCOUNT", ck+p.KeySuffix, "("+strconv.FormatInt(quotaUS(now), 10), "+inf") // slots not yet expired
 			default:
-				b = redis.AppendCommand(b, "GET", k)
+				b = redis.AppendCommand(b, "MGET", k, k+"}d") // its TAT, and its debt's mark (the script's clamp)
 			}
 		}
-		r, err := t.be.rc.SideDo(sk, b, 1+len(ps))
+		r, err := adminDo(t, sk, b, 1+len(ps))
 		if err != nil {
 			return nil, err
 		}
@@ -674,37 +814,19 @@ func adminPeek(t *Tollgate, key, shown string) (*adminView, error) {
 		us, _ := strconv.ParseInt(r[0][1], 10, 64)
 		rnow := float64(ms/1000-bucket.EpochUS/1000000)*1e6 + float64(us) // µs since EpochUS, as the script reads TIME
 		for i, p := range ps {
-			val := ""
-			if x := r[1+i]; len(x) == 1 && !strings.HasPrefix(x[0], "-") && len(x[0]) < 32 {
-				val = x[0]
-			}
-			n, err := strconv.ParseFloat(val, 64)
-			if err != nil || n != n || n < 0 {
-				n = 0 // none (or not a number: the script would refuse it too)
-			}
+			x := r[1+i]
 			switch p.Kind {
 			case kindQuota:
-				left[i] += int64(n)
+				left[i] += int64(replyNumber(x, 0))
 			case kindCap:
 				if si == 0 {
-					left[i] = int64(n)
+					left[i] = int64(replyNumber(x, 0))
 				}
 			default:
-				lim := p.Shard
-				tat := n / 64
-				if tat < rnow {
-					tat = rnow
-				}
-				l := int64((rnow + lim.Interval*lim.Burst - tat) / lim.Interval)
-				if l < 0 {
-					l = 0
-				}
-				if l > int64(lim.Burst) {
-					l = int64(lim.Burst)
-				}
+				l, f := peekRate(p.Shard, x, rnow)
 				left[i] += l
-				if tat-rnow > full[i] {
-					full[i] = tat - rnow
+				if f > full[i] {
+					full[i] = f
 				}
 			}
 		}
@@ -731,6 +853,46 @@ func adminPeek(t *Tollgate, key, shown string) (*adminView, error) {
 	return v, nil
 }
 
+// peekRate is what BucketScript reports of a rate bucket of shape lim at
+// rnow (µs since EpochUS) from its stored TAT and debt mark (x, MGET's
+// reply): whole tokens left, and µs until full. A TAT past a full bucket's
+// end is clamped to it unless the debt mark names it (a charge's debt),
+// as the script does; a stored value that is no number counts as none.
+func peekRate(lim bucket.Limit, x []string, rnow float64) (int64, float64) {
+	capUS := lim.Interval * lim.Burst
+	tat := rnow
+	if len(x) > 0 && x[0] != "" && len(x[0]) <= 32 {
+		if v, err := strconv.ParseFloat(x[0], 64); (err == nil || errors.Is(err, strconv.ErrRange)) && !math.IsNaN(v) {
+			tat = v / 64 // inf and huge values too: clamped below
+		}
+	}
+	if tat < rnow {
+		tat = rnow
+	} else if tat > rnow+capUS && (len(x) < 2 || x[1] != x[0]) {
+		tat = rnow + capUS
+	}
+	l := math.Floor((rnow + capUS - tat + 1 + lim.Burst/64) / lim.Interval)
+	if l < 0 {
+		l = 0
+	} else if l > lim.Burst {
+		l = lim.Burst
+	}
+	return int64(l), tat - rnow
+}
+
+// replyNumber is element i of a reply as a finite number at least 0; 0
+// for none, an error or anything else.
+func replyNumber(x []string, i int) float64 {
+	if i >= len(x) || len(x[i]) > 32 {
+		return 0
+	}
+	n, err := strconv.ParseFloat(x[i], 64)
+	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) || n < 0 {
+		return 0
+	}
+	return n
+}
+
 // adminShardKeys returns the keys client key is charged under: itself, or
 // each of its shards' (shardKey).
 func adminShardKeys(c *config.Settings, key string) []string {
@@ -748,87 +910,164 @@ func adminShardKeys(c *config.Settings, key string) []string {
 	return out
 }
 
-// reset refills key's buckets (or policy's alone) and resets its quotas,
-// or (override) drops its override; every pod drops its refusals and
-// leases within adminSync.
-func (h *adminHandler) reset(rw http.ResponseWriter, req *http.Request, t *Tollgate, a *classAdmin, key, policy string, override bool) {
-	hk := adminKey(t.conf.Class)
-	what := "reset"
-	if override {
-		what = "override removed"
-		if _, err := t.be.rc.SideDo(hk, redis.AppendCommand(redis.AppendCommand(nil, "HDEL", hk, "o:"+key), "HINCRBY", hk, "v", "1"), 2); err != nil {
-			adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
-			return
-		}
-	} else {
-		var ps []*config.Policy
-		for _, p := range t.conf.TopPolicies() {
-			if (policy == "" || p.Name == policy) && p.Kind != kindCap {
-				ps = append(ps, p)
-			}
-		}
-		if len(ps) == 0 {
-			adminFail(rw, http.StatusBadRequest, "policy", fmt.Sprintf("class %q has no top-level rate or quota %.64q", t.conf.Class, policy))
-			return
-		}
-		if policy != "" {
-			what = "reset of " + policy
-		}
-		now := quotaNow()
-		for _, sk := range adminShardKeys(t.conf, key) {
-			var b []byte
-			for _, p := range ps {
-				k := sk + p.KeySuffix
-				if p.Kind == kindQuota {
-					w := quotaWindow(p.Quota, now)
-					b = redis.AppendCommand(b, "DEL", k+"@"+strconv.FormatInt(w[1]/1000000, 10))
-				} else {
-					b = redis.AppendCommand(b, "DEL", k, k+"}d")
-				}
-			}
-			if _, err := t.be.rc.SideDo(sk, b, len(ps)); err != nil {
-				adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
-				return
-			}
+// reset refills key's buckets and resets its quotas (or policy's alone),
+// those of its plans and of the rules keyed like it too, and records the
+// reset: every pod drops its cached refusals and leases of the key.
+func (h *adminHandler) reset(rw http.ResponseWriter, req *http.Request, t *Tollgate, a *classAdmin, key, policy string) {
+	var ps []*config.Policy
+	for _, p := range adminPolicies(t, nil) {
+		if (policy == "" || p.Name == policy) && p.Kind != kindCap {
+			ps = append(ps, p)
 		}
 	}
-	if err := adminMark(t, key); err != nil {
-		adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
+	if len(ps) == 0 {
+		adminFail(rw, http.StatusBadRequest, "policy", fmt.Sprintf("class %q has no rate or quota %.64q for this key", t.conf.Class, policy))
 		return
+	}
+	if err := adminRefill(t, key, ps); err != nil {
+		adminUnavailable(rw, err)
+		return
+	}
+	if err := adminMark(t, key); err != nil {
+		adminUnavailable(rw, err)
+		return
+	}
+	what := "reset"
+	if policy != "" {
+		what = "reset of " + policy
 	}
 	h.logChange(req, t.conf.Class, key, what)
 	a.forget(key)
 	rw.WriteHeader(http.StatusNoContent)
 }
 
-// adminMark records a reset of key (its time, which every pod's sync
-// sees) and drops the resets older than resetKeep.
+// adminRefill deletes the state of key's policies ps on every shard: a
+// rate's TAT, debt mark and leases (a full bucket), a quota's counter in
+// its current window.
+func adminRefill(t *Tollgate, key string, ps []*config.Policy) error {
+	now := quotaNow()
+	for _, sk := range adminShardKeys(t.conf, key) {
+		var b []byte
+		for _, p := range ps {
+			k := sk + p.KeySuffix
+			if p.Kind == kindQuota {
+				w := quotaWindow(p.Quota, now)
+				b = redis.AppendCommand(b, "DEL", k+"@"+strconv.FormatInt(w[1]/1000000, 10))
+			} else {
+				b = redis.AppendCommand(b, "DEL", k, k+"}d", k+"}l")
+			}
+		}
+		if _, err := adminDo(t, sk, b, len(ps)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// adminMark records a change of key (its time on Redis's clock, which
+// every pod's sync reads) and drops those older than resetKeep.
 func adminMark(t *Tollgate, key string) error {
 	rk := resetsKey(t.conf.Class)
-	r, err := t.be.rc.SideDo(rk, redis.AppendCommand(redis.AppendCommand(nil, "TIME"), "HGETALL", rk), 2)
+	r, err := adminDo(t, rk, redis.AppendCommand(nil, "TIME"), 1)
 	if err != nil {
 		return err
 	}
 	now, err := redisMS(r[0])
-	if err != nil || len(r[1])%2 != 0 {
-		return redis.ErrBadReply
+	if err != nil {
+		return err
 	}
-	b := redis.AppendCommand(nil, "HSET", rk, key, strconv.FormatInt(now, 10))
-	n := 1
-	for i := 0; i+1 < len(r[1]); i += 2 {
-		ms, err := strconv.ParseInt(r[1][i+1], 10, 64)
-		if f := r[1][i]; f != key && (err != nil || now-ms > resetKeep.Milliseconds()) {
-			b = redis.AppendCommand(b, "HDEL", rk, f)
-			n++
-		}
-	}
-	_, err = t.be.rc.SideDo(rk, b, n)
+	b := redis.AppendCommand(nil, "ZADD", rk, strconv.FormatInt(now, 10), key)
+	b = redis.AppendCommand(b, "ZREMRANGEBYSCORE", rk, "-inf", "("+strconv.FormatInt(now-resetKeep.Milliseconds(), 10))
+	b = redis.AppendCommand(b, "PEXPIRE", rk, strconv.FormatInt(resetKeep.Milliseconds(), 10))
+	_, err = adminDo(t, rk, b, 3)
 	return err
+}
+
+// unoverride removes key's override.
+func (h *adminHandler) unoverride(rw http.ResponseWriter, req *http.Request, t *Tollgate, a *classAdmin, key string) {
+	hk := adminKey(t.conf.Class)
+	if _, err := adminDo(t, hk, redis.AppendCommand(redis.AppendCommand(nil, "HDEL", hk, "o:"+key), "HINCRBY", hk, "v", "1"), 2); err != nil {
+		adminUnavailable(rw, err)
+		return
+	}
+	if err := adminMark(t, key); err != nil {
+		adminUnavailable(rw, err)
+		return
+	}
+	h.logChange(req, t.conf.Class, key, "override removed")
+	a.forget(key)
+	rw.WriteHeader(http.StatusNoContent)
+}
+
+// override sets key's override from the request's JSON body: checked as
+// a limit of the class (its shards included), the class's overrides at
+// most its maxOverrides; the key's rate starts full.
+func (h *adminHandler) override(rw http.ResponseWriter, req *http.Request, t *Tollgate, a *classAdmin, keys []string, key string) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, 8192))
+	if err != nil {
+		adminFail(rw, http.StatusBadRequest, "body", "reading the body: "+err.Error())
+		return
+	}
+	o, field, err := config.ParseOverride(body, 0)
+	if err != nil {
+		adminFail(rw, http.StatusBadRequest, field, err.Error())
+		return
+	}
+	top := t.conf.TopPolicies()
+	if len(top) == 0 || top[0].Kind != bucket.Rate {
+		adminFail(rw, http.StatusBadRequest, "class", fmt.Sprintf("class %q has no top-level rate to override", t.conf.Class))
+		return
+	}
+	p, field, err := top[0].WithOverride(o)
+	if err == nil {
+		field = "burst"
+		err = p.Split(t.conf.Shards)
+	}
+	if err != nil {
+		adminFail(rw, http.StatusBadRequest, field, err.Error())
+		return
+	}
+	hk := adminKey(t.conf.Class)
+	r, err := adminDo(t, hk, redis.AppendCommand(redis.AppendCommand(redis.AppendCommand(nil, "TIME"), "HLEN", hk), "HEXISTS", hk, "o:"+key), 3)
+	var rms int64
+	if err == nil {
+		rms, err = redisMS(r[0])
+	}
+	if err == nil {
+		err = sweepOverrides(t, rms)
+	}
+	if err != nil {
+		adminUnavailable(rw, err)
+		return
+	}
+	if n := int64(replyNumber(r[1], 0)) - 1; replyNumber(r[2], 0) == 0 && n >= t.conf.MaxOverrides {
+		adminFail(rw, http.StatusBadRequest, "key", fmt.Sprintf("class %q holds %d overrides, its maxOverrides: remove one (DELETE ...&override=1) or raise maxOverrides", t.conf.Class, n))
+		return
+	}
+	o.ExpiresMS += rms // ParseOverride's ttl, from Redis's TIME
+	b := redis.AppendCommand(redis.AppendCommand(nil, "HSET", hk, "o:"+key, config.EncodeOverride(o)), "HINCRBY", hk, "v", "1")
+	if _, err := adminDo(t, hk, b, 2); err != nil {
+		adminUnavailable(rw, err)
+		return
+	}
+	if err := adminRefill(t, key, top[:1]); err != nil { // "burst 50" gives the key 50 now
+		adminUnavailable(rw, err)
+		return
+	}
+	if err := adminMark(t, key); err != nil {
+		adminUnavailable(rw, err)
+		return
+	}
+	h.logChange(req, t.conf.Class, key, "override "+config.EncodeOverride(o))
+	a.forget(key)
+	h.inspect(rw, t, keys, key)
 }
 
 // sweepOverrides drops the class's overrides past their expiry (at now,
 // Unix ms on Redis's clock) from its hash: pods ignore them, this keeps
-// the hash from growing.
+// the hash from growing. (Only fields read expired are deleted: the same
+// key set again between the read and the delete, by another PUT at that
+// moment, would be lost.)
 func sweepOverrides(t *Tollgate, now int64) error {
 	hk := adminKey(t.conf.Class)
 	fields, _, err := adminRead(t.be, t.conf.Class)
@@ -848,64 +1087,8 @@ func sweepOverrides(t *Tollgate, now int64) error {
 	if n == 0 {
 		return nil
 	}
-	_, err = t.be.rc.SideDo(hk, b, n)
+	_, err = adminDo(t, hk, b, n)
 	return err
-}
-
-// override sets key's override from the request's JSON body.
-func (h *adminHandler) override(rw http.ResponseWriter, req *http.Request, t *Tollgate, a *classAdmin, keys []string, key string) {
-	body, err := io.ReadAll(io.LimitReader(req.Body, 8192))
-	if err != nil {
-		adminFail(rw, http.StatusBadRequest, "body", "reading the body: "+err.Error())
-		return
-	}
-	o, field, err := config.ParseOverride(body, 0)
-	if err != nil {
-		adminFail(rw, http.StatusBadRequest, field, err.Error())
-		return
-	}
-	top := t.conf.TopPolicies()
-	if len(top) == 0 || top[0].Kind != bucket.Rate {
-		adminFail(rw, http.StatusBadRequest, "class", fmt.Sprintf("class %q has no top-level rate to override", t.conf.Class))
-		return
-	}
-	if _, field, err := top[0].WithOverride(o); err != nil {
-		adminFail(rw, http.StatusBadRequest, field, err.Error())
-		return
-	}
-	hk := adminKey(t.conf.Class)
-	r, err := t.be.rc.SideDo(hk, redis.AppendCommand(nil, "TIME"), 1)
-	var rms int64
-	if err == nil {
-		rms, err = redisMS(r[0])
-	}
-	if err == nil {
-		err = sweepOverrides(t, rms)
-	}
-	if err != nil {
-		adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
-		return
-	}
-	o.ExpiresMS += rms // ParseOverride's ttl, from Redis's TIME
-	b := redis.AppendCommand(redis.AppendCommand(nil, "HSET", hk, "o:"+key, config.EncodeOverride(o)), "HINCRBY", hk, "v", "1")
-	if _, err := t.be.rc.SideDo(hk, b, 2); err != nil {
-		adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
-		return
-	}
-	if err := adminMark(t, key); err != nil {
-		adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
-		return
-	}
-	for _, sk := range adminShardKeys(t.conf, key) { // the override starts full: "burst 50" gives the key 50 now
-		k := sk + top[0].KeySuffix
-		if _, err := t.be.rc.SideDo(sk, redis.AppendCommand(nil, "DEL", k, k+"}d"), 1); err != nil {
-			adminFail(rw, http.StatusServiceUnavailable, "", "redis: "+err.Error())
-			return
-		}
-	}
-	h.logChange(req, t.conf.Class, key, "override "+config.EncodeOverride(o))
-	a.forget(key)
-	h.inspect(rw, t, a, keys, key)
 }
 
 // logChange logs and counts a change: the class, the key's hash (never

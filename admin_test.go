@@ -35,7 +35,7 @@ func adminPair(t *testing.T, addr, class string, mutate func(*config.Config)) (*
 	return lim, adm
 }
 
-func adminDo(t *testing.T, h http.Handler, method, query, body string) *httptest.ResponseRecorder {
+func adminReq(t *testing.T, h http.Handler, method, query, body string) *httptest.ResponseRecorder {
 	t.Helper()
 	req := httptest.NewRequest(method, "/admin?"+query, strings.NewReader(body))
 	rec := httptest.NewRecorder()
@@ -45,7 +45,7 @@ func adminDo(t *testing.T, h http.Handler, method, query, body string) *httptest
 
 func adminState(t *testing.T, h http.Handler, class, key string) adminView {
 	t.Helper()
-	rec := adminDo(t, h, "GET", "class="+url.QueryEscape(class)+"&key="+url.QueryEscape(key), "")
+	rec := adminReq(t, h, "GET", "class="+url.QueryEscape(class)+"&key="+url.QueryEscape(key), "")
 	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("GET: %d %s %s", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
 	}
@@ -96,7 +96,7 @@ func TestAdminInspectResetOverride(t *testing.T) {
 	if rec := serve(lim, "k1"); rec.Code != 429 {
 		t.Fatalf("the 11th request: %d, want 429", rec.Code)
 	}
-	if rec := adminDo(t, adm, "DELETE", "class=adm-a&key=k1", ""); rec.Code != 204 {
+	if rec := adminReq(t, adm, "DELETE", "class=adm-a&key=k1", ""); rec.Code != 204 {
 		t.Fatalf("DELETE: %d %s", rec.Code, rec.Body)
 	}
 	if rec := serve(lim, "k1"); rec.Code != 200 {
@@ -107,7 +107,7 @@ func TestAdminInspectResetOverride(t *testing.T) {
 	}
 
 	// An override of burst 50.
-	rec := adminDo(t, adm, "PUT", "class=adm-a&key=k2", `{"average":50,"burst":50,"period":"1h","ttl":"2s"}`)
+	rec := adminReq(t, adm, "PUT", "class=adm-a&key=k2", `{"average":50,"burst":50,"period":"1h","ttl":"2s"}`)
 	if rec.Code != 200 {
 		t.Fatalf("PUT: %d %s", rec.Code, rec.Body)
 	}
@@ -156,7 +156,7 @@ func TestAdminRefusesBadRequests(t *testing.T) {
 		{"DELETE", "class=adm-b&key=k&policy=nope", "", 400, "policy"},
 		{"POST", "class=adm-b&key=k", "", 405, ""},
 	} {
-		rec := adminDo(t, adm, tc.method, tc.query, tc.body)
+		rec := adminReq(t, adm, tc.method, tc.query, tc.body)
 		var p adminProblem
 		_ = json.Unmarshal(rec.Body.Bytes(), &p)
 		if rec.Code != tc.status || p.Field != tc.field || rec.Header().Get("Content-Type") != "application/problem+json" {
@@ -167,10 +167,10 @@ func TestAdminRefusesBadRequests(t *testing.T) {
 
 func TestAdminRedisDown(t *testing.T) {
 	_, adm := adminPair(t, "127.0.0.1:1", "adm-c", nil)
-	if rec := adminDo(t, adm, "GET", "class=adm-c&key=k", ""); rec.Code != 503 {
+	if rec := adminReq(t, adm, "GET", "class=adm-c&key=k", ""); rec.Code != 503 {
 		t.Fatalf("GET with Redis down: %d %s, want 503", rec.Code, rec.Body)
 	}
-	if rec := adminDo(t, adm, "DELETE", "class=adm-c&key=k", ""); rec.Code != 503 {
+	if rec := adminReq(t, adm, "DELETE", "class=adm-c&key=k", ""); rec.Code != 503 {
 		t.Fatalf("DELETE with Redis down: %d %s, want 503", rec.Code, rec.Body)
 	}
 }

@@ -249,13 +249,16 @@ func answerKey(c *denyCache, d []int64) int64 {
 	return d[1]<<32 | ceilSecs(d[2])
 }
 
-// forget drops key's refusal (an operator reset the key: admin.go).
+// forget drops key's refusal, or (key "") every refusal: an operator
+// reset the key (admin.go).
 func (c *denyCache) forget(key string) {
 	c.mu.Lock()
-	if _, ok := c.entries[key]; ok {
+	if key == "" {
+		c.entries = make(map[string]*denial)
+	} else {
 		delete(c.entries, key)
-		atomic.StoreInt64(&c.n, int64(len(c.entries)))
 	}
+	atomic.StoreInt64(&c.n, int64(len(c.entries)))
 	c.mu.Unlock()
 }
 

@@ -6,6 +6,8 @@ package tollgate
 // defined as its original, or written out and held to it by a test.
 
 import (
+	"encoding/base64"
+
 	"github.com/tollgate-dev/tollgate/internal/bucket"
 	"github.com/tollgate-dev/tollgate/internal/clock"
 	"github.com/tollgate-dev/tollgate/internal/config"
@@ -18,6 +20,13 @@ import (
 // and metrics.HistSample: the inlined monotonic clock is
 // int64(time.Since(processStart)) + monoOrigin.
 var processStart = clock.Start
+
+// rawURL is base64.RawURLEncoding, the client key's (bucket.HashKey).
+var rawURL = base64.RawURLEncoding
+
+// noHeader is Tollgate.keyHeader when clients are not keyed by a header
+// ServeHTTP hashes: no request has a header of that name.
+const noHeader = "\x00"
 
 const (
 	monoOrigin = clock.Origin

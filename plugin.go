@@ -39,7 +39,8 @@ func CreateConfig() *config.Config { return config.Default() }
 
 // New builds the middleware. It validates and compiles cfg; it dials nothing.
 func New(_ context.Context, next http.Handler, cfg *config.Config, name string) (http.Handler, error) {
-	atomic.StoreInt64(&shared.lastNew, shared.now())
+	now := shared.now()
+	shared.admins.built(now, atomic.SwapInt64(&shared.lastNew, now))
 	if cfg != nil && cfg.ServeMetrics {
 		h, err := metricsEndpoint(cfg)
 		if err != nil {
@@ -63,7 +64,7 @@ func New(_ context.Context, next http.Handler, cfg *config.Config, name string) 
 			return nil, fmt.Errorf("tollgate %s: %w", name, err)
 		}
 	}
-	t := &Tollgate{next: next, conf: conf, local: shared.locals.forClass(conf.Class), sets: make(map[uint64]*policySet)}
+	t := &Tollgate{next: next, conf: conf, keyHeader: noHeader, local: shared.locals.forClass(conf.Class), sets: make(map[uint64]*policySet)}
 	if t.be, err = shared.backend(conf.Redis); err != nil {
 		return nil, fmt.Errorf("tollgate %s: %w", name, err)
 	}
@@ -77,7 +78,6 @@ func New(_ context.Context, next http.Handler, cfg *config.Config, name string) 
 		}
 		t.notes = x.Notes()
 	}
-	now := shared.now()
 	for _, p := range conf.Policies() {
 		p.Metrics = shared.metrics.Policy(conf.Class, p.Name, now)
 		if p.RespCost != nil && p.Cap == nil {
@@ -86,6 +86,9 @@ func New(_ context.Context, next http.Handler, cfg *config.Config, name string) 
 		if p.Cap != nil {
 			atomic.StoreInt64(&p.Metrics.Capped, 1)
 		}
+	}
+	if conf.ByHeader {
+		t.keyHeader = conf.Source.Header
 	}
 	t.adm = shared.admins.forClass(conf.Class)
 	t.admOn = &t.adm.on
@@ -203,6 +206,8 @@ type Tollgate struct {
 	notes  *regions.Notes // where requests note keys for the region exchange; nil without regions (internal/regions)
 	plain  bool           // ServeHTTP's common case applies: top alone, plain (see policySet)
 	capped bool           // top alone, with a concurrency cap and nothing else of the general path's (serveCapped)
+
+	keyHeader string // the header clients are keyed by, when ServeHTTP hashes it (conf.ByHeader); else noHeader
 
 	adm   *classAdmin // the class's overrides and resets (admin.go)
 	admOn *int32      // &adm.on: ServeHTTP's one load for it

@@ -2,7 +2,6 @@ package tollgate
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -54,15 +53,16 @@ func (t *Tollgate) ServeHTTP(rw http.ResponseWriter, req *http.Request) {
 	// and refuseCached's: a flood from clients over their limit is the
 	// path that must cost least.
 	key, r := "", notDenied // any identity but a header's: decideAny's
-	if v := req.Header[t.conf.Source.Header]; t.conf.ByHeader && len(v) > 0 && v[0] != "" {
+	if v := req.Header[t.keyHeader]; len(v) > 0 && v[0] != "" {
+		top := t.top
 		sum := sha256.Sum256([]byte(t.conf.HeaderTag + v[0]))
-		key = keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:8])[:10] + "}" // HashKey, inlined
+		key = keyPrefix + rawURL.EncodeToString(sum[:8])[:10] + "}" // HashKey, inlined
 		// A lease is spent first, before the deny cache (decideLeased).
-		if ls := t.top.lease; ls != nil && atomic.LoadInt64(&ls.table.n) != 0 && serveLeased(t, rw, req, key) {
+		if ls := top.lease; ls != nil && atomic.LoadInt64(&ls.table.n) != 0 && serveLeased(t, rw, req, key) {
 			return
 		}
-		if atomic.LoadInt64(&t.top.denied.n) != 0 {
-			if r = refuseCached(t.top.denied, key, rw); r == refused {
+		if atomic.LoadInt64(&top.denied.n) != 0 {
+			if r = refuseCached(top.denied, key, rw); r == refused {
 				return
 			}
 		}
