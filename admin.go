@@ -9,7 +9,7 @@ package tollgate
 //
 //	tg{hb:<class>}adm   hash: o:<k> an override, "average burst periodNS expiresMS"
 //	                    (config.EncodeOverride); v the overrides' version,
-//	                    counted up by every change of them
+//	                    new at every change of them (newVersion)
 //	tg{hb:<class>}admr  sorted set: k scored by its latest reset, Unix ms
 //	                    on Redis's clock (kept resetKeep)
 //
@@ -519,6 +519,16 @@ func adminRead(be *backend, class string) (map[string]string, int64, error) {
 	return out, now, nil
 }
 
+// newVersion names a change of a class's overrides: unique to this
+// process and change (a counter alone could come back to a value pods
+// hold after a failover lost the writes that counted it up).
+func newVersion() string {
+	return instanceID + "." + strconv.FormatInt(atomic.AddInt64(&versions, 1), 36)
+}
+
+// versions counts this process's changes of overrides (newVersion).
+var versions int64
+
 // maxAdminFields bounds the fields of the overrides hash read: every
 // override a pod may keep (config.MaxOverrides), and the version.
 const maxAdminFields = config.MaxOverrides + 1
@@ -986,7 +996,7 @@ func adminMark(t *Tollgate, key string) error {
 // unoverride removes key's override.
 func (h *adminHandler) unoverride(rw http.ResponseWriter, req *http.Request, t *Tollgate, a *classAdmin, key string) {
 	hk := adminKey(t.conf.Class)
-	if _, err := adminDo(t, hk, redis.AppendCommand(redis.AppendCommand(nil, "HDEL", hk, "o:"+key), "HINCRBY", hk, "v", "1"), 2); err != nil {
+	if _, err := adminDo(t, hk, redis.AppendCommand(redis.AppendCommand(nil, "HDEL", hk, "o:"+key), "HSET", hk, "v", newVersion()), 2); err != nil {
 		adminUnavailable(rw, err)
 		return
 	}
@@ -1045,7 +1055,7 @@ func (h *adminHandler) override(rw http.ResponseWriter, req *http.Request, t *To
 		return
 	}
 	o.ExpiresMS += rms // ParseOverride's ttl, from Redis's TIME
-	b := redis.AppendCommand(redis.AppendCommand(nil, "HSET", hk, "o:"+key, config.EncodeOverride(o)), "HINCRBY", hk, "v", "1")
+	b := redis.AppendCommand(redis.AppendCommand(nil, "HSET", hk, "o:"+key, config.EncodeOverride(o)), "HSET", hk, "v", newVersion())
 	if _, err := adminDo(t, hk, b, 2); err != nil {
 		adminUnavailable(rw, err)
 		return
