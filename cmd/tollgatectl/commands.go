@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -35,12 +36,13 @@ type param struct{ name, value string }
 
 // param returns the value of c's parameter name; "" when it has none.
 func (c call) param(name string) string {
+	var vs []string
 	for _, p := range c.params {
 		if p.name == name {
-			return p.value
+			vs = append(vs, p.value)
 		}
 	}
-	return ""
+	return strings.Join(vs, ",") // several keys: as the endpoint shows them
 }
 
 // commands are the tool's commands, by name.
@@ -67,11 +69,25 @@ var commands = map[string]command{
 }
 
 // target is the -class and -key flags every command takes.
-type target struct{ class, key string }
+type target struct {
+	class string
+	keys  keyList
+}
+
+// keyList is -key, repeatable: a class keyed by several headers
+// (requestHeaderNames) takes one value per header, in their order.
+type keyList []string
+
+func (k *keyList) String() string { return strings.Join(*k, ",") }
+
+func (k *keyList) Set(v string) error {
+	*k = append(*k, v)
+	return nil
+}
 
 func (t *target) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.class, "class", "", "the middleware's `class` (required)")
-	fs.StringVar(&t.key, "key", "", "the client's `key`, as the middleware sees it, before hashing (required; any bytes)")
+	fs.Var(&t.keys, "key", "the client's `key`, as the middleware sees it, before hashing (required; any bytes); repeat it, in order, for a class keyed by several headers")
 }
 
 // check reports a missing class or key.
@@ -79,14 +95,23 @@ func (t *target) check() error {
 	if t.class == "" {
 		return errors.New("-class is required")
 	}
-	if t.key == "" {
+	if len(t.keys) == 0 {
 		return errors.New("-key is required")
+	}
+	for _, k := range t.keys {
+		if k == "" {
+			return errors.New("-key is required")
+		}
 	}
 	return nil
 }
 
 func (t *target) params() []param {
-	return []param{{"class", t.class}, {"key", t.key}}
+	ps := []param{{"class", t.class}}
+	for _, k := range t.keys {
+		ps = append(ps, param{"key", k})
+	}
+	return ps
 }
 
 func inspectFlags(fs *flag.FlagSet) func(map[string]bool) (call, error) {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -88,7 +89,7 @@ func (f *fakeAdmin) serve(w http.ResponseWriter, r *http.Request) {
 // contract answers as the admin endpoint does.
 func contract(w http.ResponseWriter, r *http.Request, body []byte) {
 	q := r.URL.Query()
-	class, key := q.Get("class"), q.Get("key")
+	class, key := q.Get("class"), strings.Join(q["key"], ",") // several: a composite key, joined as the endpoint shows it
 	switch {
 	case class == "":
 		writeProblem(w, 400, "Bad parameter", "class is required", "class")

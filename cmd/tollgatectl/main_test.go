@@ -295,6 +295,22 @@ func TestKeyRoundTrip(t *testing.T) {
 	})
 }
 
+// TestCompositeKey: -key repeated sends one key parameter per header of
+// a class keyed by several (requestHeaderNames), in order.
+func TestCompositeKey(t *testing.T) {
+	f := newFakeAdmin(t)
+	code, stdout, stderr := runTool(nil, "-url", f.srv.URL, "inspect", "-class", "api", "-key", "tenant a", "-key", "user,1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if got := f.only(t).query["key"]; len(got) != 2 || got[0] != "tenant a" || got[1] != "user,1" {
+		t.Errorf("the endpoint got keys %q, want [\"tenant a\" \"user,1\"]", got)
+	}
+	if !strings.Contains(stdout, "key:    tenant a,user,1\n") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+}
+
 // TestUsageErrors: a usage error exits 2 before anything is sent, says
 // what is wrong, and never prints the key.
 func TestUsageErrors(t *testing.T) {
