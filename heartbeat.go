@@ -84,7 +84,7 @@ func replicasSeen(hb *heartbeat, floor, now int64) int64 {
 //	ZREMRANGEBYSCORE key -inf <TIME ms - 3 heartbeats>
 //	PEXPIRE key <3 heartbeats>
 //	ZCARD key
-//	EXISTS key+"adm" key+"admr" (admin.go: a class whose keys an operator changed syncs)
+//	PTTL key+"adm", PTTL key+"admr" (admin.go: a class whose keys an operator changed syncs)
 //
 // Plain commands, not a script: Redis's clock is read first, and the
 // replies are small integers. (A script would show up among the bucket
@@ -111,18 +111,19 @@ func heartbeatOn(c *redis.Pool, batch []*heartbeat, now int64) {
 		b = redis.AppendCommand(b, "ZREMRANGEBYSCORE", hb.key, "-inf", strconv.FormatInt(ms-ttlMS, 10))
 		b = redis.AppendCommand(b, "PEXPIRE", hb.key, strconv.FormatInt(ttlMS, 10))
 		b = redis.AppendCommand(b, "ZCARD", hb.key)
-		b = redis.AppendCommand(b, "EXISTS", hb.key+"adm", hb.key+"admr") // the class's overrides and resets (admin.go)
+		b = redis.AppendCommand(b, "PTTL", hb.key+"adm") // the class's overrides and resets (admin.go): -2 when there are none
+		b = redis.AppendCommand(b, "PTTL", hb.key+"admr")
 	}
-	replies, err := c.SideDo(b, 5*len(batch))
+	replies, err := c.SideDo(b, 6*len(batch))
 	if err != nil {
 		return
 	}
 	for i, hb := range batch {
 		var n int64
 		for j := 0; j < 4 && n >= 0; j++ {
-			n = replyInt(replies[5*i+j])
+			n = replyInt(replies[6*i+j])
 		}
-		if replyInt(replies[5*i+4]) >= 1 && strings.HasPrefix(hb.key, "tg{hb:") && strings.HasSuffix(hb.key, "}") {
+		if (adminKeyExists(replies[6*i+4]) || adminKeyExists(replies[6*i+5])) && strings.HasPrefix(hb.key, "tg{hb:") && strings.HasSuffix(hb.key, "}") {
 			atomic.StoreInt32(&shared.admins.forClass(hb.key[6:len(hb.key)-1]).on, 1) // an admin middleware elsewhere changed a key of it
 		}
 		if n > 0 {
@@ -156,6 +157,16 @@ func logSkew(skewMS, now int64) {
 		return
 	}
 	log.Printf("tollgate: this pod's clock differs from Redis's TIME by %d ms (pod minus Redis): rate limits use Redis's clock, but calendar quotas' windows are computed on the pod's; keep the clocks in sync (NTP)", skewMS)
+}
+
+// adminKeyExists reads PTTL's reply: the key exists (-1: with no expiry,
+// or a time left), not -2 (none) or an error.
+func adminKeyExists(r []string) bool {
+	if len(r) != 1 {
+		return false
+	}
+	n, err := strconv.ParseInt(r[0], 10, 64)
+	return err == nil && (n == -1 || n >= 0)
 }
 
 // replyInt is a reply that is one integer, at least 0; -1 for anything

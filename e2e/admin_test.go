@@ -205,3 +205,60 @@ func TestAdminAcrossPods(t *testing.T) {
 		})
 	})
 }
+
+// TestAdminUnderReadmeACL: the limiter of a synced class and its admin
+// endpoint, as the README's smallest ACL user: GET, PUT, a request under
+// the override, DELETE of the override and a reset, with nothing refused
+// by the ACL (ACL LOG), compiled and under Yaegi.
+func TestAdminUnderReadmeACL(t *testing.T) {
+	forEachKind(t, func(t *testing.T, e *env) {
+		user, acl := readmeACL(t, "s3cret")
+		if _, err := e.redis.Do("ACL", append([]interface{}{"SETUSER"}, acl...)...); err != nil {
+			t.Fatal(err)
+		}
+		redisOpts := map[string]interface{}{"endpoints": []interface{}{e.redis.Addr}, "username": user, "password": "s3cret"}
+		lim := adminLimitOpts(e.redis.Addr)
+		lim["redis"] = redisOpts
+		adm := adminOpts()
+		pod := e.pod()
+		h := e.handler(pod, "api@file", lim)
+		a := e.handler(pod, "admin@file", adm)
+		call := func(method, query, body string) *httptest.ResponseRecorder {
+			req := httptest.NewRequest(method, "/tollgate-admin?"+query, strings.NewReader(body))
+			rec := httptest.NewRecorder()
+			a.ServeHTTP(rec, req)
+			return rec
+		}
+		if rec := do(h, "GET", "/", "k1"); rec.Code != 200 {
+			t.Fatalf("a request: %d %s", rec.Code, rec.Body)
+		}
+		if rec := call("GET", "class=api&key=k1", ""); rec.Code != 200 {
+			t.Fatalf("GET: %d %s", rec.Code, rec.Body)
+		}
+		if rec := call("PUT", "class=api&key=k1", `{"average":50,"burst":50,"period":"1h"}`); rec.Code != 200 {
+			t.Fatalf("PUT: %d %s", rec.Code, rec.Body)
+		}
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			rec := do(h, "GET", "/", "k1")
+			if rec.Code == 200 && strings.Contains(rec.Header().Get("RateLimit-Policy"), "q=50;") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the override not honoured within 2 s: %d %q", rec.Code, rec.Header().Get("RateLimit-Policy"))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if rec := call("DELETE", "class=api&key=k1&override=1", ""); rec.Code != 204 {
+			t.Fatalf("DELETE override: %d %s", rec.Code, rec.Body)
+		}
+		if rec := call("DELETE", "class=api&key=k1", ""); rec.Code != 204 {
+			t.Fatalf("DELETE: %d %s", rec.Code, rec.Body)
+		}
+		time.Sleep(500 * time.Millisecond) // a sync reads the change (adminSync)
+		do(h, "GET", "/", "k1")
+		if denied, err := e.redis.Do("ACL", "LOG"); err != nil || len(denied.([]interface{})) != 0 {
+			t.Fatalf("ACL LOG = %v (%v): the documented ACL refused a command", denied, err)
+		}
+	})
+}
