@@ -533,17 +533,10 @@ var versions int64
 // override a pod may keep (config.MaxOverrides), and the version.
 const maxAdminFields = config.MaxOverrides + 1
 
-// redisMS reads a TIME reply as Unix ms.
+// redisMS reads a TIME reply as Unix ms (redisUS).
 func redisMS(t []string) (int64, error) {
-	if len(t) != 2 {
-		return 0, redis.ErrBadReply
-	}
-	sec, err1 := strconv.ParseInt(t[0], 10, 64)
-	us, err2 := strconv.ParseInt(t[1], 10, 64)
-	if err1 != nil || err2 != nil || sec < 0 || us < 0 || us >= 1000000 {
-		return 0, redis.ErrBadReply
-	}
-	return sec*1000 + us/1000, nil
+	us, err := redisUS(t)
+	return us / 1000, err
 }
 
 // expiresAt formats an override's expiry (Unix ms) for the endpoint.
@@ -817,12 +810,11 @@ func adminPeek(t *Tollgate, key, shown string) (*adminView, error) {
 		if err != nil {
 			return nil, err
 		}
-		ms, err := redisMS(r[0])
+		us, err := redisUS(r[0])
 		if err != nil {
 			return nil, err
 		}
-		us, _ := strconv.ParseInt(r[0][1], 10, 64)
-		rnow := float64(ms/1000-bucket.EpochUS/1000000)*1e6 + float64(us) // µs since EpochUS, as the script reads TIME
+		rnow := float64(us - bucket.EpochUS) // µs since EpochUS, as the script reads TIME
 		for i, p := range ps {
 			x := r[1+i]
 			switch p.Kind {

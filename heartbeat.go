@@ -94,16 +94,15 @@ func replicasSeen(hb *heartbeat, floor, now int64) int64 {
 // count.
 func heartbeatOn(c *redis.Pool, batch []*heartbeat, now int64) {
 	t, err := c.SideDo(timeCmd, 1)
-	if err != nil || len(t[0]) != 2 {
+	if err != nil {
 		return
 	}
-	sec, err1 := strconv.ParseInt(t[0][0], 10, 64)
-	us, err2 := strconv.ParseInt(t[0][1], 10, 64)
-	if err1 != nil || err2 != nil || sec < 0 || us < 0 || us >= 1000000 {
+	us, err := redisUS(t[0])
+	if err != nil {
 		return
 	}
-	ms := sec*1000 + us/1000
-	logSkew((quotaUS(time.Now())-(sec*1000000+us-bucket.EpochUS))/1000, now) // the quotas' clock against Redis's
+	ms := us / 1000
+	logSkew((quotaUS(time.Now())-(us-bucket.EpochUS))/1000, now) // the quotas' clock against Redis's
 	var b []byte
 	for _, hb := range batch {
 		ttlMS := atomic.LoadInt64(&hb.ttlMS)
@@ -168,6 +167,24 @@ func adminKeyExists(r []string) bool {
 	n, err := strconv.ParseInt(r[0], 10, 64)
 	return err == nil && (n == -1 || n >= 0)
 }
+
+// redisUS reads a TIME reply (seconds, µs) as Unix µs; anything else is
+// ErrBadReply.
+func redisUS(t []string) (int64, error) {
+	if len(t) != 2 {
+		return 0, redis.ErrBadReply
+	}
+	sec, err1 := strconv.ParseInt(t[0], 10, 64)
+	us, err2 := strconv.ParseInt(t[1], 10, 64)
+	if err1 != nil || err2 != nil || sec < 0 || sec > maxTimeSec || us < 0 || us >= 1000000 {
+		return 0, redis.ErrBadReply
+	}
+	return sec*1000000 + us, nil
+}
+
+// maxTimeSec bounds TIME's seconds so that its µs fit an int64 (year
+// 2262; a hostile reply is refused, not wrapped).
+const maxTimeSec = 1 << 43
 
 // replyInt is a reply that is one integer, at least 0; -1 for anything
 // else (an error reply, an ACL's refusal).
